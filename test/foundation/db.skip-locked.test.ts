@@ -1,0 +1,90 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dbNow, withTx } from '../../workers/db/tx';
+import { backendPid, setDbClockOffset, testPool, waitUntilBlocked } from '../helpers/db';
+
+const pool = testPool();
+
+beforeAll(async () => {
+  await pool.query(`create table if not exists foundation_jobs (id int primary key, claimed_by text)`);
+  await pool.query('truncate foundation_jobs');
+  await pool.query('insert into foundation_jobs select g from generate_series(1, 200) g');
+});
+afterAll(async () => {
+  await setDbClockOffset(pool, 0);
+  await pool.end();
+});
+
+const CLAIM = `
+  with picked as (
+    select id from foundation_jobs where claimed_by is null
+    order by id limit $2 for update skip locked
+  )
+  update foundation_jobs j set claimed_by = $1 from picked where j.id = picked.id
+  returning j.id`;
+
+describe('database access', () => {
+  it('two concurrent SKIP LOCKED claimers never take the same row', async () => {
+    // Claimer A holds its claim open while B runs: B must skip A's rows, not wait or share.
+    const a = await pool.connect();
+    await a.query('begin');
+    const aRows = (await a.query<{ id: number }>(CLAIM, ['a', 50])).rows.map((r) => r.id);
+    const bRows = await withTx(pool, { budgetMs: 5000 }, async (b) =>
+      (await b.query<{ id: number }>(CLAIM, ['b', 50])).rows.map((r) => r.id),
+    );
+    await a.query('commit');
+    a.release();
+    expect(aRows).toHaveLength(50);
+    expect(bRows).toHaveLength(50);
+    expect(aRows.filter((id) => bRows.includes(id))).toEqual([]);
+    const { rows } = await pool.query<{ n: number }>(
+      `select count(*)::int as n from foundation_jobs where claimed_by is not null`,
+    );
+    expect(rows[0]!.n).toBe(100);
+  });
+
+  it('withTx bounds lock waits with lock_timeout from its budget', async () => {
+    const holder = await pool.connect();
+    await holder.query('begin');
+    await holder.query('select * from foundation_jobs where id = 1 for update');
+    const started = Date.now();
+    const attempt = withTx(pool, { budgetMs: 3000, lockTimeoutMs: 200 }, (c) =>
+      c.query('select * from foundation_jobs where id = 1 for update'),
+    );
+    await expect(attempt).rejects.toMatchObject({ code: '55P03' });
+    expect(Date.now() - started).toBeLessThan(2500);
+    await holder.query('rollback');
+    holder.release();
+  });
+
+  it('retries a deadlock victim (40P01) from the top and commits', async () => {
+    // `other` holds row 11; the racer locks row 10 then waits on 11; `other` then asks for
+    // row 10. `other` waits 10 s before checking for deadlocks, so the racer (1 s) is always
+    // the victim: withTx must roll it back and run it again, which then succeeds.
+    const other = await pool.connect();
+    await other.query(`begin; set local deadlock_timeout = '10s'`);
+    await other.query('update foundation_jobs set claimed_by = $1 where id = 11', ['other']);
+    let attempts = 0;
+    let racerPid = 0;
+    const racer = withTx(pool, { budgetMs: 20_000 }, async (c) => {
+      attempts += 1;
+      racerPid = await backendPid(c);
+      await c.query('update foundation_jobs set claimed_by = $1 where id = 10', ['racer']);
+      await c.query('update foundation_jobs set claimed_by = $1 where id = 11', ['racer']);
+      return attempts;
+    });
+    while (racerPid === 0) await new Promise((r) => setTimeout(r, 5));
+    await waitUntilBlocked(pool, racerPid);
+    await other.query('update foundation_jobs set claimed_by = $1 where id = 10', ['other']);
+    await other.query('commit');
+    other.release();
+    expect(await racer).toBe(2);
+  });
+
+  it('moves database time without sleeping', async () => {
+    const before = await dbNow(pool);
+    await setDbClockOffset(pool, 7 * 24 * 3600 * 1000);
+    const after = await dbNow(pool);
+    await setDbClockOffset(pool, 0);
+    expect(after.getTime() - before.getTime()).toBeGreaterThanOrEqual(7 * 24 * 3600 * 1000);
+  });
+});

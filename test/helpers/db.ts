@@ -1,0 +1,45 @@
+import { env } from 'cloudflare:workers';
+import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { openPool } from '../../workers/db/pool';
+
+/** A pool on the test database for one test file (tests share one I/O context per file). */
+export function testPool(max = 8): Pool {
+  return openPool(
+    { DATABASE_URL: env.DATABASE_URL!, NEON_WS_PROXY: env.NEON_WS_PROXY, DB_STATEMENT_TIMEOUT_MS: 15_000 },
+    max,
+  );
+}
+
+export async function backendPid(client: PoolClient): Promise<number> {
+  const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
+  return rows[0]!.pid;
+}
+
+/**
+ * Waits until backend `pid` is blocked by a lock (pg_blocking_pids), so a race can be
+ * released at exactly the point under test. Polls; never sleeps a fixed time.
+ */
+export async function waitUntilBlocked(pool: Pool, pid: number, timeoutMs = 10_000): Promise<void> {
+  const started = Date.now();
+  for (;;) {
+    const { rows } = await pool.query<{ n: number }>('select cardinality(pg_blocking_pids($1::int)) as n', [
+      pid,
+    ]);
+    if ((rows[0]?.n ?? 0) > 0) return;
+    if (Date.now() - started > timeoutMs) throw new Error(`backend ${pid} never blocked`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Moves app_now() for every connection to the test database (app.test_clock is on). */
+export async function setDbClockOffset(pool: Pool, offsetMs: number): Promise<void> {
+  await pool.query('update app_test_clock set offset_ms = $1', [offsetMs]);
+}
+
+export async function advanceDbClock(pool: Pool, ms: number): Promise<void> {
+  await pool.query('update app_test_clock set offset_ms = offset_ms + $1', [ms]);
+}
+
+export function uid(prefix = 't'): string {
+  return `${prefix}_${crypto.randomUUID().replaceAll('-', '').slice(0, 16)}`;
+}

@@ -1,0 +1,51 @@
+import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
+import { defineConfig } from 'vitest/config';
+
+export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
+export const TEST_SECRET_KEYS = JSON.stringify({
+  '1': 'MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=',
+  '2': 'ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=',
+});
+
+export default defineConfig({
+  test: {
+    globalSetup: ['./test/setup/global-setup.ts'],
+    reporters: ['default', ['json', { outputFile: 'test-results/vitest.json' }]],
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    projects: [
+      {
+        plugins: [
+          cloudflareTest(({ inject }) => ({
+            main: './workers/index.ts',
+            wrangler: { configPath: './wrangler.toml' },
+            miniflare: {
+              bindings: {
+                DATABASE_URL: inject('databaseUrl'),
+                NEON_WS_PROXY: inject('wsProxy'),
+                ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+                SECRET_KEYS: TEST_SECRET_KEYS,
+                LOG_LEVEL: 'warn',
+              },
+            },
+          })),
+        ],
+        test: {
+          name: 'workers',
+          include: ['test/**/*.test.ts'],
+          exclude: ['test/node/**'],
+          // Files share one database and its test clock: run them one at a time.
+          fileParallelism: false,
+        },
+      },
+      {
+        test: {
+          name: 'node',
+          environment: 'node',
+          include: ['test/node/**/*.test.ts'],
+          fileParallelism: false,
+        },
+      },
+    ],
+  },
+});

@@ -1,0 +1,19 @@
+import { Hono } from 'hono';
+import type { AppEnv } from './context';
+import { AppError } from './errors';
+import { health } from './health/routes';
+import { init, renderError } from './middleware';
+
+/** The HTTP surface. Feature folders own their routes; this file only mounts them. */
+export function createApp() {
+  const app = new Hono<AppEnv>();
+  app.use('*', init());
+  app.route('/', health);
+  app.notFound((c) =>
+    renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
+  );
+  app.onError(renderError);
+  return app;
+}
+
+export const app = createApp();

@@ -1,0 +1,37 @@
+import type { Env } from './env';
+import { log } from './log';
+
+type CronHandler = (env: Env, ctx: ExecutionContext, scheduledTime: number) => Promise<unknown>;
+
+/** Keeps the 30-second maintenance alarm armed; the cron itself fires at most once a minute. */
+async function everyMinute(env: Env): Promise<unknown> {
+  const maintenance = env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton'));
+  return { typingMaintenance: await maintenance.ensureArmed() };
+}
+
+/** Asks the retention owner for its hourly run; it decides whether it is enabled. */
+async function hourly(env: Env, _ctx: ExecutionContext, scheduledTime: number): Promise<unknown> {
+  const cleanup = env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('singleton'));
+  return { retention: await cleanup.scheduledRun(scheduledTime) };
+}
+
+export const CRON_HANDLERS: Record<string, CronHandler> = {
+  '* * * * *': everyMinute,
+  '0 * * * *': hourly,
+};
+
+export async function dispatchCron(controller: ScheduledController, env: Env, ctx: ExecutionContext) {
+  const handler = CRON_HANDLERS[controller.cron];
+  if (!handler) {
+    log.error('cron_unknown_expression', { cron: controller.cron });
+    return;
+  }
+  const started = Date.now();
+  try {
+    const result = await handler(env, ctx, controller.scheduledTime);
+    log.info('cron_done', { cron: controller.cron, durationMs: Date.now() - started, result });
+  } catch (err) {
+    log.error('cron_failed', { cron: controller.cron, error: err });
+    throw err;
+  }
+}

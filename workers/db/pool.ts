@@ -1,0 +1,70 @@
+import { neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
+import { log } from '../log';
+
+export type { PoolClient };
+
+/** What a pool needs; a subset of Config so Node scripts can open one too. */
+export interface DbSettings {
+  DATABASE_URL: string;
+  NEON_WS_PROXY?: string;
+  DB_STATEMENT_TIMEOUT_MS: number;
+}
+
+/** Pools opened so far in this isolate; tests use it to prove pools are not reused. */
+export const poolStats = { opened: 0, ended: 0 };
+
+/**
+ * Local Postgres has no Neon proxy in front of it, so the driver talks to our small
+ * WebSocket-to-TCP bridge instead (scripts/lib/bridge.ts). With Neon in production the
+ * setting is absent and the driver's defaults apply.
+ */
+function configureDriver(wsProxy: string | undefined): void {
+  if (!wsProxy) return;
+  neonConfig.wsProxy = (host, port) => `${wsProxy}?address=${host}:${port}`;
+  neonConfig.useSecureWebSocket = false;
+  neonConfig.pipelineTLS = false;
+  // With pipelining on, trust/password auth fails with 08P01 against plain Postgres.
+  neonConfig.pipelineConnect = false;
+}
+
+/**
+ * Opens a pool for exactly one request, alarm or script run. Workers forbid I/O objects
+ * that outlive their request, so callers must `end()` it (see `withDb`).
+ */
+export function openPool(settings: DbSettings, max = 4): Pool {
+  configureDriver(settings.NEON_WS_PROXY);
+  const pool = new Pool({
+    connectionString: settings.DATABASE_URL,
+    max,
+    connectionTimeoutMillis: Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
+    // Sent in the startup packet: a ceiling for every statement, even outside withTx.
+    statement_timeout: settings.DB_STATEMENT_TIMEOUT_MS,
+    lock_timeout: settings.DB_STATEMENT_TIMEOUT_MS,
+    idle_in_transaction_session_timeout: settings.DB_STATEMENT_TIMEOUT_MS * 2,
+  });
+  poolStats.opened += 1;
+  let ending = false;
+  // The driver never sends a WebSocket close, so ending a pool in workerd can surface
+  // "Network connection lost." after we are done with it; only earlier errors matter.
+  pool.on('error', (err: Error) => {
+    if (!ending) log.error('db_pool_error', { error: err });
+  });
+  const end = pool.end.bind(pool);
+  pool.end = (async () => {
+    if (ending) return;
+    ending = true;
+    poolStats.ended += 1;
+    await end().catch(() => undefined);
+  }) as typeof pool.end;
+  return pool;
+}
+
+/** Runs `fn` with a fresh pool and always ends it. */
+export async function withDb<T>(settings: DbSettings, fn: (pool: Pool) => Promise<T>): Promise<T> {
+  const pool = openPool(settings);
+  try {
+    return await fn(pool);
+  } finally {
+    await pool.end();
+  }
+}

@@ -1,0 +1,71 @@
+import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { type Clock, Deadline, systemClock } from '../clock';
+
+/**
+ * Serialization failures, deadlocks and a server restart mid-transaction are safe to
+ * retry from the top; everything else (including lock_timeout, 55P03, and
+ * statement_timeout, 57014) is a real answer for the caller.
+ */
+export const RETRYABLE_SQLSTATES = new Set(['40001', '40P01', '57P03']);
+
+export interface TxOptions {
+  /** Whole-transaction budget: bounds statement_timeout and the retry loop. */
+  budgetMs: number;
+  /** Defaults to the budget; a shorter value fails fast on contention. */
+  lockTimeoutMs?: number;
+  isolation?: 'read committed' | 'repeatable read' | 'serializable';
+  maxAttempts?: number;
+  clock?: Clock;
+}
+
+export function sqlState(err: unknown): string | undefined {
+  return typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : undefined;
+}
+
+/** A statement-level budget must never be zero: Postgres reads 0 as "no limit". */
+function ms(n: number): number {
+  return Math.max(1, Math.floor(n));
+}
+
+/**
+ * Runs `fn` in one transaction on one connection. `begin` and the local timeouts travel in
+ * a single round trip. Retries only listed SQLSTATEs, and only while budget remains.
+ */
+export async function withTx<T>(
+  pool: Pool,
+  opts: TxOptions,
+  fn: (client: PoolClient) => Promise<T>,
+): Promise<T> {
+  const deadline = new Deadline(opts.budgetMs, opts.clock ?? systemClock);
+  const maxAttempts = opts.maxAttempts ?? 3;
+  for (let attempt = 1; ; attempt++) {
+    const client = await pool.connect();
+    let broken = false;
+    try {
+      const left = ms(deadline.remaining());
+      const lockMs = ms(Math.min(opts.lockTimeoutMs ?? left, left));
+      await client.query(
+        `begin isolation level ${opts.isolation ?? 'read committed'}; ` +
+          `set local statement_timeout = ${left}; set local lock_timeout = ${lockMs}`,
+      );
+      const result = await fn(client);
+      await client.query('commit');
+      return result;
+    } catch (err) {
+      await client.query('rollback').catch(() => {
+        broken = true;
+      });
+      const state = sqlState(err);
+      if (!state || !RETRYABLE_SQLSTATES.has(state) || attempt >= maxAttempts || deadline.expired())
+        throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+}
+
+/** Database wall time, shifted by the test clock when a test database enables it. */
+export async function dbNow(q: Pick<PoolClient, 'query'>): Promise<Date> {
+  const { rows } = await q.query<{ now: Date }>('select app_now() as now');
+  return rows[0]!.now;
+}

@@ -1,0 +1,67 @@
+import { z } from 'zod';
+import type { ActorHost } from '../durable-objects/actor-host';
+import type { RetentionCleanup } from '../durable-objects/retention-cleanup';
+import type { TypingMaintenance } from '../durable-objects/typing-maintenance';
+import type { WorkspaceQuota } from '../durable-objects/workspace-quota';
+import { AppError } from './errors';
+import { log } from './log';
+
+/** Raw bindings as Cloudflare hands them to the Worker and its Durable Objects. */
+export interface Env {
+  DATABASE_URL?: string;
+  NEON_WS_PROXY?: string;
+  ADMIN_TOKEN?: string;
+  SECRET_KEYS?: string;
+  LARK_API_BASE?: string;
+  LOG_LEVEL?: string;
+  DB_STATEMENT_TIMEOUT_MS?: string;
+  TYPING_MAINTENANCE: DurableObjectNamespace<TypingMaintenance>;
+  RETENTION_CLEANUP: DurableObjectNamespace<RetentionCleanup>;
+  WORKSPACE_QUOTA: DurableObjectNamespace<WorkspaceQuota>;
+  ACTOR_HOST: DurableObjectNamespace<ActorHost>;
+  [key: string]: unknown;
+}
+
+const intFromString = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+/** Every variable and secret, validated once per environment object. */
+export const ConfigSchema = z.object({
+  DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\/\S+$/, 'a postgres:// connection string'),
+  NEON_WS_PROXY: z.string().min(1).optional(),
+  ADMIN_TOKEN: z.string().min(24, 'at least 24 characters'),
+  SECRET_KEYS: z
+    .string()
+    .transform((raw, ctx) => {
+      try {
+        return z.record(z.string().regex(/^\d+$/), z.string().min(40)).parse(JSON.parse(raw));
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'JSON object {"<version>":"<base64 key>"}' });
+        return z.NEVER;
+      }
+    })
+    .refine((keys) => Object.keys(keys).length > 0, 'at least one key'),
+  LARK_API_BASE: z.string().url().default('https://open.larksuite.com'),
+  LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
+  DB_STATEMENT_TIMEOUT_MS: intFromString(100, 60_000).default(5000),
+});
+
+export type Config = z.infer<typeof ConfigSchema>;
+
+const cache = new WeakMap<object, Config>();
+
+/**
+ * Parses the bindings once per environment object. A bad value throws `bad_environment`
+ * naming the variable, never its value, and logs one error.
+ */
+export function loadConfig(env: Env): Config {
+  const hit = cache.get(env);
+  if (hit) return hit;
+  const parsed = ConfigSchema.safeParse(env);
+  if (!parsed.success) {
+    const variable = String(parsed.error.issues[0]?.path[0] ?? 'unknown');
+    log.error('bad_environment', { variable, problem: parsed.error.issues[0]?.message });
+    throw new AppError('bad_environment', `Environment variable ${variable} is missing or malformed`);
+  }
+  cache.set(env, parsed.data);
+  return parsed.data;
+}

@@ -1,0 +1,47 @@
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+
+/** The closed set of error codes a client can switch on. Add here, never inline. */
+export const ERROR_STATUS = {
+  bad_request: 400,
+  validation_failed: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  not_found: 404,
+  method_not_allowed: 405,
+  conflict: 409,
+  intent_mismatch: 409,
+  operation_expired: 410,
+  gone: 410,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  precondition_failed: 412,
+  rate_limited: 429,
+  quota_exceeded: 429,
+  internal_error: 500,
+  bad_environment: 500,
+  service_unavailable: 503,
+  timeout: 504,
+} as const satisfies Record<string, ContentfulStatusCode>;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+export interface ErrorBody {
+  error: { code: ErrorCode; message: string; requestId: string; details?: unknown };
+}
+
+/** The one error type routes throw; `onError` renders it as `ErrorBody`. */
+export class AppError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: unknown,
+    readonly headers?: Record<string, string>,
+  ) {
+    super(message);
+    this.name = 'AppError';
+  }
+
+  get status(): ContentfulStatusCode {
+    return ERROR_STATUS[this.code];
+  }
+}

@@ -1,0 +1,19 @@
+import { Hono } from 'hono';
+import type { AppEnv } from '../context';
+
+const HEALTH_BUDGET_MS = 2000;
+
+/** GET /healthz: the database as the Worker sees it, through the Neon driver. */
+export const health = new Hono<AppEnv>().get('/healthz', async (c) => {
+  const started = Date.now();
+  try {
+    const pool = c.var.db();
+    await Promise.race([
+      pool.query('select 1'),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('db timeout')), HEALTH_BUDGET_MS)),
+    ]);
+    return c.json({ status: 'ok', db: 'ok', latencyMs: Date.now() - started });
+  } catch {
+    return c.json({ status: 'degraded', db: 'down', latencyMs: Date.now() - started }, 503);
+  }
+});

@@ -1,0 +1,75 @@
+import type { Pool } from '@neondatabase/serverless';
+import type { Context, MiddlewareHandler } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import { ZodError } from 'zod';
+import { systemClock } from './clock';
+import type { AppEnv } from './context';
+import { openPool } from './db/pool';
+import { loadConfig } from './env';
+import { AppError, type ErrorBody } from './errors';
+import { log, setLogLevel } from './log';
+
+/** Builds the per-request services. A bad environment fails here, before any route. */
+export function init(): MiddlewareHandler<AppEnv> {
+  return async function init(c, next) {
+    c.set('requestId', c.req.header('cf-ray') ?? crypto.randomUUID());
+    const config = loadConfig(c.env);
+    setLogLevel(config.LOG_LEVEL);
+    c.set('config', config);
+    c.set('clock', systemClock);
+    let pool: Pool | undefined;
+    c.set('db', () => {
+      pool ??= openPool(config);
+      return pool;
+    });
+    try {
+      await next();
+    } finally {
+      if (pool) {
+        const ending = pool.end();
+        try {
+          c.executionCtx.waitUntil(ending);
+        } catch {
+          await ending;
+        }
+      }
+    }
+  };
+}
+
+/** Requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. */
+export function requireAdmin(): MiddlewareHandler<AppEnv> {
+  return async function requireAdmin(c, next) {
+    const given = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? '';
+    if (!timingSafeEqual(given, c.var.config.ADMIN_TOKEN))
+      throw new AppError('unauthorized', 'Admin token required');
+    await next();
+  };
+}
+
+export function timingSafeEqual(a: string, b: string): boolean {
+  const enc = new TextEncoder();
+  const x = enc.encode(a);
+  const y = enc.encode(b);
+  let diff = x.length ^ y.length;
+  for (let i = 0; i < Math.max(x.length, y.length); i++) diff |= (x[i] ?? 0) ^ (y[i] ?? 0);
+  return diff === 0;
+}
+
+/** Renders every failure as the one error shape; unknown errors never leak detail. */
+export function renderError(err: Error, c: Context<AppEnv>): Response {
+  const requestId = c.get('requestId') ?? 'unknown';
+  let appErr: AppError;
+  if (err instanceof AppError) appErr = err;
+  else if (err instanceof ZodError)
+    appErr = new AppError('validation_failed', 'Request validation failed', err.issues);
+  else if (err instanceof HTTPException && err.status < 500) {
+    appErr = new AppError(err.status === 404 ? 'not_found' : 'bad_request', err.message || 'Bad request');
+  } else {
+    log.error('unhandled_error', { requestId, path: c.req.path, error: err });
+    appErr = new AppError('internal_error', 'Internal error');
+  }
+  const body: ErrorBody = { error: { code: appErr.code, message: appErr.message, requestId } };
+  if (appErr.details !== undefined) body.error.details = appErr.details;
+  return c.json(body, appErr.status, appErr.headers);
+}
