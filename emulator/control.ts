@@ -1,0 +1,171 @@
+/**
+ * The emulator's own HTTP API under /__emulator: inspection, fault injection, the clock,
+ * and event delivery. Tests inside workerd drive the emulator only through these routes.
+ */
+import { buildDelivery, type DeliveryOptions, messageReceivePayload, urlVerificationPayload } from './events';
+import { type Fault, type FaultBook, type FaultKind, ROUTES } from './faults';
+import type { ApiAnswer } from './open-api';
+import { type EmulatorState, id, type MessageRecord } from './state';
+
+export interface CallLogEntry {
+  route: string;
+  appId?: string;
+  status: number | 'dropped';
+  at: number;
+}
+
+export interface ControlDeps {
+  state: EmulatorState;
+  faults: FaultBook;
+  calls: CallLogEntry[];
+  rateLimits: { enabled: boolean };
+}
+
+const json = (body: unknown, status = 200): ApiAnswer => ({ status, body });
+const bad = (message: string, status = 400): ApiAnswer => json({ error: message }, status);
+
+export async function control(
+  deps: ControlDeps,
+  method: string,
+  parts: string[],
+  query: URLSearchParams,
+  body: any,
+) {
+  const { state, faults } = deps;
+  const [head, arg, sub] = parts;
+  if (head === 'apps' && method === 'POST' && !arg) {
+    if (!body?.app_id || !body?.app_secret || !body?.verification_token)
+      return bad('app_id, app_secret, verification_token required');
+    return json(state.registerApp(body));
+  }
+  if (head === 'apps' && arg && sub === 'expire-tokens' && method === 'POST')
+    return json({ revoked: state.revokeAppTokens(arg) });
+  if (head === 'clock') {
+    if (method === 'POST') state.offsetMs += Number(body?.advanceMs ?? 0);
+    return json({ now: state.now(), offsetMs: state.offsetMs });
+  }
+  if (head === 'rate-limits' && method === 'POST') {
+    deps.rateLimits.enabled = Boolean(body?.enabled);
+    return json(deps.rateLimits);
+  }
+  if (head === 'faults') {
+    if (method === 'DELETE') faults.clear();
+    if (method === 'POST') {
+      const f = body as Fault;
+      const kinds: FaultKind[] = ['latency', '5xx', '429', 'expired_token', 'lost_response'];
+      if (!(f?.route === '*' || ROUTES.includes(f?.route as never)) || !kinds.includes(f?.kind))
+        return bad(`route one of ${ROUTES.join(', ')} or *; kind one of ${kinds.join(', ')}`);
+      faults.add({ ...f, times: Number(f.times ?? 1) });
+    }
+    return json({ faults: faults.list() });
+  }
+  if (head === 'calls') {
+    if (method === 'DELETE') deps.calls.length = 0;
+    const route = query.get('route');
+    const calls = deps.calls.filter((c) => !route || c.route === route);
+    const counts: Record<string, number> = {};
+    for (const c of deps.calls) counts[c.route] = (counts[c.route] ?? 0) + 1;
+    return json({ counts, calls });
+  }
+  if (head === 'messages') return messages(state, method, arg, sub, body);
+  if (head === 'events' && method === 'POST') return deliver(state, body);
+  return bad('unknown emulator route', 404);
+}
+
+function messages(
+  state: EmulatorState,
+  method: string,
+  messageId: string | undefined,
+  sub: string | undefined,
+  body: any,
+) {
+  if (!messageId && method === 'POST') {
+    const sender = body?.sender_app_id
+      ? { id: body.sender_app_id, id_type: 'app_id' as const, sender_type: 'app' as const }
+      : { id: body?.sender_open_id ?? id('ou_'), id_type: 'open_id' as const, sender_type: 'user' as const };
+    return json(state.createMessage({ ...pick(body), sender }));
+  }
+  const msg = state.messages.get(messageId ?? '');
+  if (!msg) return bad('no such message', 404);
+  if (!sub && method === 'GET')
+    return json({
+      message: msg,
+      reactions: state.reactions.get(msg.message_id) ?? [],
+      replies: state.repliesTo(msg.message_id),
+    });
+  if (sub === 'recall' && method === 'POST') {
+    msg.recalled = true;
+    return json(msg);
+  }
+  if (sub === 'replies') return json({ items: state.repliesTo(msg.message_id) });
+  if (sub === 'reactions' && method === 'GET')
+    return json({ items: state.reactions.get(msg.message_id) ?? [] });
+  if (sub === 'reactions' && method === 'POST') {
+    const emoji = String(body?.emoji_type ?? 'THUMBSUP');
+    const operator = body?.app_id
+      ? { operator_id: String(body.app_id), operator_type: 'app' as const }
+      : { operator_id: String(body?.user_open_id ?? id('ou_')), operator_type: 'user' as const };
+    return json(state.addReaction(msg.message_id, emoji, operator));
+  }
+  return bad('unknown message route', 404);
+}
+
+function pick(body: any): Partial<MessageRecord> & { text?: string } {
+  const out: Partial<MessageRecord> & { text?: string } = {};
+  for (const k of [
+    'message_id',
+    'chat_id',
+    'chat_type',
+    'root_id',
+    'parent_id',
+    'thread_id',
+    'text',
+    'content',
+  ] as const)
+    if (typeof body?.[k] === 'string') (out as Record<string, string>)[k] = body[k];
+  return out;
+}
+
+/**
+ * Builds a signed (and, with an Encrypt Key, encrypted) delivery. `deliver: "return"` hands
+ * the request back for a test to submit itself (workerd cannot be called from here);
+ * `deliver: "post"` sends it to `url` like Lark and reports the answer.
+ */
+async function deliver(state: EmulatorState, body: any): Promise<ApiAnswer> {
+  const app = state.apps.get(String(body?.app_id ?? ''));
+  if (!app) return bad('unknown app_id', 404);
+  const now = state.now();
+  let payload: unknown;
+  let message: MessageRecord | undefined;
+  if (body.type === 'url_verification') payload = urlVerificationPayload(app, body.token);
+  else if (body.type === 'custom') payload = body.payload;
+  else {
+    message = body.message_id ? state.messages.get(body.message_id) : undefined;
+    if (!message) {
+      const m = body.message ?? {};
+      const sender = m.sender_app_id
+        ? { id: m.sender_app_id, id_type: 'app_id' as const, sender_type: 'app' as const }
+        : { id: m.sender_open_id ?? id('ou_'), id_type: 'open_id' as const, sender_type: 'user' as const };
+      message = state.createMessage({ ...pick(m), sender });
+    }
+    payload = messageReceivePayload(app, message, now, { eventId: body.event_id, token: body.token });
+  }
+  const opts: DeliveryOptions = {
+    timestampSec: body.timestampSec,
+    pretty: body.pretty,
+    plain: body.plain,
+    signWithKey: body.signWithKey,
+  };
+  const request = buildDelivery(app, payload, now, opts);
+  const info = {
+    payload,
+    event_id: (payload as { header?: { event_id?: string } }).header?.event_id,
+    message_id: message?.message_id,
+    challenge: (payload as { challenge?: string }).challenge,
+  };
+  if (body.deliver !== 'post') return json({ ...info, request });
+  if (typeof body.url !== 'string') return bad('url required for deliver: post');
+  const started = Date.now();
+  const res = await fetch(body.url, { method: 'POST', headers: request.headers, body: request.body });
+  return json({ ...info, status: res.status, response: await res.text(), latencyMs: Date.now() - started });
+}

@@ -1,0 +1,9 @@
+// Standalone emulator: `tsx emulator/main.ts [port]` (default 8790); used by `npm run dev`.
+import { startLarkEmulator } from './server';
+
+const port = Number(process.argv[2] ?? process.env.LARK_EMULATOR_PORT ?? 8790);
+const emu = await startLarkEmulator({ port });
+console.log(`lark emulator listening on ${emu.url}`);
+const stop = () => void emu.close().then(() => process.exit(0));
+process.on('SIGINT', stop);
+process.on('SIGTERM', stop);

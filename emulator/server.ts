@@ -1,0 +1,231 @@
+/**
+ * The Lark emulator: a Node HTTP server implementing the Open API routes the service uses,
+ * plus /__emulator for inspection, faults, the clock and event delivery.
+ *
+ *   const emu = await startLarkEmulator({ port: 0 });
+ *   emu.url  // http://127.0.0.1:<port>; point LARK_API_BASE here
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { type CallLogEntry, control } from './control';
+import { FaultBook, type RouteName } from './faults';
+import { type ApiAnswer, apiRoute, larkError, tokenRoute } from './open-api';
+import { type EmulatorClock, EmulatorState } from './state';
+
+export interface EmulatorOptions {
+  port?: number;
+  host?: string;
+  clock?: EmulatorClock;
+  /** Lark's per-API limits (50/s, 1000/min per app); on by default. */
+  rateLimits?: boolean;
+}
+
+export interface LarkEmulator {
+  url: string;
+  state: EmulatorState;
+  faults: FaultBook;
+  calls: CallLogEntry[];
+  close(): Promise<void>;
+}
+
+const API_ROUTES: { method: string; pattern: RegExp; route: RouteName; keys: string[] }[] = [
+  {
+    method: 'POST',
+    pattern: /^\/open-apis\/auth\/v3\/tenant_access_token\/internal\/?$/,
+    route: 'token',
+    keys: [],
+  },
+  {
+    method: 'POST',
+    pattern: /^\/open-apis\/im\/v1\/messages\/([^/]+)\/reactions$/,
+    route: 'reactions.create',
+    keys: ['message_id'],
+  },
+  {
+    method: 'GET',
+    pattern: /^\/open-apis\/im\/v1\/messages\/([^/]+)\/reactions$/,
+    route: 'reactions.list',
+    keys: ['message_id'],
+  },
+  {
+    method: 'DELETE',
+    pattern: /^\/open-apis\/im\/v1\/messages\/([^/]+)\/reactions\/([^/]+)$/,
+    route: 'reactions.delete',
+    keys: ['message_id', 'reaction_id'],
+  },
+  {
+    method: 'POST',
+    pattern: /^\/open-apis\/im\/v1\/messages\/([^/]+)\/reply$/,
+    route: 'reply',
+    keys: ['message_id'],
+  },
+];
+
+export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<LarkEmulator> {
+  const state = new EmulatorState(opts.clock ?? { now: () => Date.now() });
+  const faults = new FaultBook();
+  const calls: CallLogEntry[] = [];
+  const rateLimits = { enabled: opts.rateLimits ?? true };
+  const windows = new Map<string, { second: number; sCount: number; minute: number; mCount: number }>();
+
+  function rateLimited(route: RouteName, appId: string): number | undefined {
+    if (!rateLimits.enabled) return undefined;
+    const now = state.now();
+    const key = `${route}|${appId}`;
+    const w = windows.get(key) ?? { second: 0, sCount: 0, minute: 0, mCount: 0 };
+    const sec = Math.floor(now / 1000);
+    const min = Math.floor(now / 60_000);
+    if (w.second !== sec) Object.assign(w, { second: sec, sCount: 0 });
+    if (w.minute !== min) Object.assign(w, { minute: min, mCount: 0 });
+    windows.set(key, w);
+    if (w.mCount >= 1000) return Math.ceil(((min + 1) * 60_000 - now) / 1000);
+    if (w.sCount >= 50) return 1;
+    w.sCount++;
+    w.mCount++;
+    return undefined;
+  }
+
+  async function handleApi(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    body: unknown,
+  ): Promise<void> {
+    const match = API_ROUTES.find((r) => r.method === req.method && r.pattern.test(url.pathname));
+    if (!match) return plain404(res);
+    const params: Record<string, string> = {};
+    const m = match.pattern.exec(url.pathname)!;
+    match.keys.forEach((k, i) => {
+      params[k] = decodeURIComponent(m[i + 1]!);
+    });
+    const latency = faults.takeLatency(match.route);
+    if (latency > 0) await new Promise((r) => setTimeout(r, latency));
+    let appId: string | undefined;
+    let token: string | undefined;
+    const finish = (a: ApiAnswer) => {
+      calls.push({ route: match.route, appId, status: a.status, at: state.now() });
+      send(res, a);
+    };
+    if (match.route !== 'token') {
+      const auth = req.headers.authorization ?? '';
+      if (!/^Bearer\s+\S+/.test(auth))
+        return finish(
+          larkError(
+            400,
+            99991661,
+            'Missing access token for authorization. Please make a request with token attached.',
+          ),
+        );
+      token = auth.replace(/^Bearer\s+/, '');
+      appId = state.tokenApp(token);
+      if (!appId)
+        return finish(
+          larkError(
+            400,
+            99991663,
+            'Invalid access token for authorization. Please make a request with token attached.',
+          ),
+        );
+    }
+    const fault = faults.takeOutcome(match.route);
+    if (fault?.kind === '5xx') return finish({ status: fault.status ?? 500, body: 'upstream error' });
+    if (fault?.kind === '429') return finish(tooMany(fault.resetSeconds ?? 1));
+    if (fault?.kind === 'expired_token' && token) {
+      state.revokeToken(token);
+      return finish(
+        larkError(
+          400,
+          99991663,
+          'Invalid access token for authorization. Please make a request with token attached.',
+        ),
+      );
+    }
+    if (appId) {
+      const reset = rateLimited(match.route, appId);
+      if (reset !== undefined) return finish(tooMany(reset));
+    }
+    const answer =
+      match.route === 'token'
+        ? tokenRoute(state, body)
+        : apiRoute(state, { route: match.route, appId, params, query: url.searchParams, body });
+    if (fault?.kind === 'lost_response') {
+      calls.push({ route: match.route, appId, status: 'dropped', at: state.now() });
+      res.socket?.destroy();
+      return;
+    }
+    finish(answer);
+  }
+
+  const server = createServer(async (req, res) => {
+    try {
+      const url = new URL(req.url ?? '/', 'http://emulator');
+      const raw = await readBody(req);
+      let body: unknown;
+      try {
+        body = raw.length ? JSON.parse(raw) : undefined;
+      } catch {
+        body = undefined;
+      }
+      if (url.pathname.startsWith('/__emulator/')) {
+        const parts = url.pathname
+          .slice('/__emulator/'.length)
+          .split('/')
+          .filter(Boolean)
+          .map(decodeURIComponent);
+        return send(
+          res,
+          await control(
+            { state, faults, calls, rateLimits },
+            req.method ?? 'GET',
+            parts,
+            url.searchParams,
+            body,
+          ),
+        );
+      }
+      await handleApi(req, res, url, body);
+    } catch (err) {
+      send(res, { status: 500, body: { error: (err as Error).message } });
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://${opts.host ?? '127.0.0.1'}:${port}`,
+    state,
+    faults,
+    calls,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+function tooMany(resetSeconds: number): ApiAnswer {
+  const a = larkError(429, 99991400, 'request trigger frequency limit');
+  a.headers = { 'x-ogw-ratelimit-limit': '50', 'x-ogw-ratelimit-reset': String(resetSeconds) };
+  return a;
+}
+
+function plain404(res: ServerResponse): void {
+  res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' });
+  res.end('404 page not found');
+}
+
+function send(res: ServerResponse, a: ApiAnswer): void {
+  const text = typeof a.body === 'string' ? a.body : JSON.stringify(a.body);
+  const type = typeof a.body === 'string' ? 'text/plain; charset=utf-8' : 'application/json; charset=utf-8';
+  res.writeHead(a.status, { 'content-type': type, ...(a.headers ?? {}) });
+  res.end(text);
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}

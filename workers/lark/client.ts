@@ -1,0 +1,229 @@
+import type { z } from 'zod';
+import { type Clock, type Deadline, systemClock } from '../clock';
+import { classify, LarkApiError, RETRYABLE_CODES, retryAfter, TOKEN_CODES } from './errors';
+import {
+  ApiEnvelope,
+  type Reaction,
+  ReactionListResponse,
+  type ReactionPage,
+  ReactionResponse,
+  ReplyResponse,
+  type SentMessage,
+  TenantTokenResponse,
+} from './schemas';
+import { cachedToken, dropToken, storeToken, tokenCacheKey } from './token-cache';
+
+export interface LarkCredentials {
+  /** Open API host, e.g. https://open.larksuite.com or https://open.feishu.cn. */
+  baseUrl: string;
+  appId: string;
+  appSecret: string;
+}
+
+/** Every call runs inside the caller's budget; `signal` adds an outside cancellation. */
+export interface CallOptions {
+  deadline: Deadline;
+  signal?: AbortSignal;
+}
+
+export interface ReplyInput {
+  /** Lark's `content`: a JSON string, e.g. JSON.stringify({ text: 'hi' }). */
+  content: string;
+  msgType?: string;
+  replyInThread?: boolean;
+  /** Idempotency key (≤ 50 chars): Lark sends at most one message per uuid per hour. */
+  uuid: string;
+}
+
+/** One HTTP call never waits longer than this, whatever budget is left. */
+const MAX_CALL_MS = 10_000;
+
+/**
+ * Lark Open API over `fetch`, for workerd and Node alike. Tenant tokens are cached per app
+ * (token-cache.ts); a 99991661/99991663 answer drops the token and retries exactly once.
+ * Failures are `LarkApiError` with a `kind` the caller switches on.
+ */
+export class LarkClient {
+  private readonly base: string;
+  private readonly fetchFn: typeof fetch;
+  private readonly clock: Clock;
+
+  constructor(
+    private readonly creds: LarkCredentials,
+    opts: { fetch?: typeof fetch; clock?: Clock } = {},
+  ) {
+    this.base = creds.baseUrl.replace(/\/+$/, '');
+    this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+    this.clock = opts.clock ?? systemClock;
+  }
+
+  createReaction(messageId: string, emojiType: string, call: CallOptions): Promise<Reaction> {
+    const path = `/open-apis/im/v1/messages/${enc(messageId)}/reactions`;
+    return this.authed(
+      'POST',
+      path,
+      { reaction_type: { emoji_type: emojiType } },
+      ReactionResponse,
+      call,
+    ).then((r) => r.data);
+  }
+
+  deleteReaction(messageId: string, reactionId: string, call: CallOptions): Promise<Reaction> {
+    const path = `/open-apis/im/v1/messages/${enc(messageId)}/reactions/${enc(reactionId)}`;
+    return this.authed('DELETE', path, undefined, ReactionResponse, call).then((r) => r.data);
+  }
+
+  listReactions(
+    messageId: string,
+    query: { reactionType?: string; pageToken?: string; pageSize?: number },
+    call: CallOptions,
+  ): Promise<ReactionPage> {
+    const params = new URLSearchParams();
+    if (query.reactionType) params.set('reaction_type', query.reactionType);
+    if (query.pageToken) params.set('page_token', query.pageToken);
+    params.set('page_size', String(Math.min(50, Math.max(1, query.pageSize ?? 50))));
+    const path = `/open-apis/im/v1/messages/${enc(messageId)}/reactions?${params}`;
+    return this.authed('GET', path, undefined, ReactionListResponse, call).then((r) => r.data);
+  }
+
+  replyMessage(messageId: string, input: ReplyInput, call: CallOptions): Promise<SentMessage> {
+    const path = `/open-apis/im/v1/messages/${enc(messageId)}/reply`;
+    const body = {
+      content: input.content,
+      msg_type: input.msgType ?? 'text',
+      reply_in_thread: input.replyInThread ?? false,
+      uuid: input.uuid,
+    };
+    return this.authed('POST', path, body, ReplyResponse, call).then((r) => r.data);
+  }
+
+  /** The cached tenant token, fetched when missing or inside the safety margin. */
+  async tenantToken(call: CallOptions): Promise<string> {
+    const key = tokenCacheKey(this.base, this.creds.appId);
+    const hit = cachedToken(key, this.clock);
+    if (hit) return hit;
+    const body = { app_id: this.creds.appId, app_secret: this.creds.appSecret };
+    const res = await this.send(
+      'POST',
+      '/open-apis/auth/v3/tenant_access_token/internal',
+      body,
+      undefined,
+      call,
+    );
+    const parsed = this.parse(res, TenantTokenResponse);
+    storeToken(key, parsed.tenant_access_token, parsed.expire, this.clock);
+    return parsed.tenant_access_token;
+  }
+
+  private async authed<S extends z.ZodType>(
+    method: string,
+    path: string,
+    body: unknown,
+    schema: S,
+    call: CallOptions,
+  ): Promise<z.infer<S>> {
+    const key = tokenCacheKey(this.base, this.creds.appId);
+    for (let attempt = 1; ; attempt++) {
+      const token = await this.tenantToken(call);
+      const res = await this.send(method, path, body, token, call);
+      if (attempt === 1 && TOKEN_CODES.has(res.code)) {
+        dropToken(key, token);
+        continue;
+      }
+      return this.parse(res, schema);
+    }
+  }
+
+  private async send(
+    method: string,
+    path: string,
+    body: unknown,
+    token: string | undefined,
+    call: CallOptions,
+  ): Promise<RawAnswer> {
+    const budget = call.deadline.slice(MAX_CALL_MS);
+    if (budget <= 0)
+      throw new LarkApiError('retryable', 0, 0, `budget exhausted before ${method} ${route(path)}`);
+    const timeout = AbortSignal.timeout(budget);
+    const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers['content-type'] = 'application/json; charset=utf-8';
+    if (token) headers.authorization = `Bearer ${token}`;
+    let response: Response;
+    let text: string;
+    try {
+      response = await this.fetchFn(`${this.base}${path}`, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal,
+      });
+      text = await response.text();
+    } catch (err) {
+      const timedOut = timeout.aborted;
+      const what = timedOut ? `timed out after ${budget} ms` : `failed: ${(err as Error).name}`;
+      throw new LarkApiError('retryable', 0, 0, `${method} ${route(path)} ${what}`);
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    const envelope = ApiEnvelope.safeParse(json);
+    return {
+      status: response.status,
+      headers: response.headers,
+      json,
+      code: envelope.success ? envelope.data.code : -1,
+      msg: envelope.success ? (envelope.data.msg ?? '') : text.slice(0, 80),
+      what: `${method} ${route(path)}`,
+    };
+  }
+
+  private parse<S extends z.ZodType>(res: RawAnswer, schema: S): z.infer<S> {
+    if (res.code === -1) {
+      // Not Lark JSON: a gateway error page, or the plain-text `404 page not found`.
+      const kind = res.status >= 500 || res.status === 429 ? 'retryable' : 'permanent';
+      throw new LarkApiError(
+        kind,
+        0,
+        res.status,
+        `${res.what} answered HTTP ${res.status} without Lark JSON`,
+      );
+    }
+    if (res.code !== 0 || res.status >= 400) {
+      const kind = classify(res.status, res.code);
+      const wait = kind === 'retryable' && (res.status === 429 || RETRYABLE_CODES.has(res.code));
+      throw new LarkApiError(
+        kind,
+        res.code,
+        res.status,
+        `${res.what} failed with code ${res.code}: ${res.msg}`,
+        wait ? retryAfter(res.headers) : undefined,
+      );
+    }
+    const parsed = schema.safeParse(res.json);
+    if (!parsed.success)
+      throw new LarkApiError('permanent', 0, res.status, `${res.what} answered an unexpected shape`);
+    return parsed.data;
+  }
+}
+
+interface RawAnswer {
+  status: number;
+  headers: Headers;
+  json: unknown;
+  code: number;
+  msg: string;
+  what: string;
+}
+
+function enc(segment: string): string {
+  return encodeURIComponent(segment);
+}
+
+/** The path without ids or query, for messages that may reach logs. */
+function route(path: string): string {
+  return path.replace(/\?.*$/, '').replace(/\/(om|cli|oc)_[^/]+/g, '/:id');
+}

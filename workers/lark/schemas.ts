@@ -1,0 +1,120 @@
+import { z } from 'zod';
+
+/**
+ * zod schemas for everything Lark sends us: Open API responses and event payloads.
+ * Objects are loose (`z.looseObject`) because Lark adds fields without notice; only the
+ * fields we read are required.
+ */
+
+/** Every Open API answer: `code` 0 is success, anything else a business error. */
+export const ApiEnvelope = z.looseObject({ code: z.number().int(), msg: z.string().optional() });
+
+export const TenantTokenResponse = z.looseObject({
+  code: z.literal(0),
+  tenant_access_token: z.string().min(1),
+  expire: z.number().int().nonnegative(),
+});
+
+export const Reaction = z.looseObject({
+  reaction_id: z.string().min(1),
+  operator: z.looseObject({
+    operator_id: z.string(),
+    operator_type: z.enum(['app', 'user']),
+  }),
+  action_time: z.string(),
+  reaction_type: z.looseObject({ emoji_type: z.string() }),
+});
+export type Reaction = z.infer<typeof Reaction>;
+
+export const ReactionResponse = z.looseObject({ code: z.literal(0), data: Reaction });
+
+export const ReactionPage = z.looseObject({
+  items: z.array(Reaction).default([]),
+  has_more: z.boolean(),
+  page_token: z.string().optional(),
+});
+export type ReactionPage = z.infer<typeof ReactionPage>;
+export const ReactionListResponse = z.looseObject({ code: z.literal(0), data: ReactionPage });
+
+export const SentMessage = z.looseObject({
+  message_id: z.string().min(1),
+  chat_id: z.string().optional(),
+  root_id: z.string().optional(),
+  parent_id: z.string().optional(),
+  msg_type: z.string().optional(),
+  create_time: z.string().optional(),
+});
+export type SentMessage = z.infer<typeof SentMessage>;
+export const ReplyResponse = z.looseObject({ code: z.literal(0), data: SentMessage });
+
+// ---- events -------------------------------------------------------------------------
+
+/** `{"encrypt": "..."}`: the whole payload when an Encrypt Key is configured. */
+export const EncryptedBody = z.object({ encrypt: z.string().min(1) });
+
+export const UrlVerification = z.looseObject({
+  type: z.literal('url_verification'),
+  challenge: z.string().min(1).max(512),
+  token: z.string(),
+});
+
+export const EventHeader = z.looseObject({
+  event_id: z.string().min(1).max(128),
+  event_type: z.string().min(1),
+  create_time: z.string(),
+  token: z.string(),
+  app_id: z.string(),
+  tenant_key: z.string().optional(),
+});
+
+/** Schema 2.0 envelope; `event` is checked per event type. */
+export const EventEnvelope = z.looseObject({
+  schema: z.literal('2.0'),
+  header: EventHeader,
+  event: z.unknown(),
+});
+export type EventEnvelope = z.infer<typeof EventEnvelope>;
+
+/** Schema 1.0 callbacks: token checked, then acknowledged and ignored. */
+export const LegacyEventEnvelope = z.looseObject({
+  type: z.literal('event_callback'),
+  token: z.string(),
+  uuid: z.string().optional(),
+});
+
+const UserIds = z.looseObject({
+  union_id: z.string().optional(),
+  user_id: z.string().optional(),
+  open_id: z.string().optional(),
+});
+
+export const MessageReceiveEvent = z.looseObject({
+  sender: z.looseObject({
+    sender_id: UserIds.optional(),
+    sender_type: z.string(),
+    tenant_key: z.string().optional(),
+  }),
+  message: z.looseObject({
+    message_id: z.string().min(1).max(128),
+    root_id: z.string().optional(),
+    parent_id: z.string().optional(),
+    create_time: z.string(),
+    update_time: z.string().optional(),
+    chat_id: z.string().min(1).max(128),
+    thread_id: z.string().optional(),
+    chat_type: z.string(),
+    message_type: z.string(),
+    content: z.string(),
+    mentions: z
+      .array(
+        z.looseObject({
+          key: z.string(),
+          id: UserIds.optional(),
+          name: z.string().optional(),
+          tenant_key: z.string().optional(),
+        }),
+      )
+      .optional(),
+  }),
+});
+export type MessageReceiveEvent = z.infer<typeof MessageReceiveEvent>;
