@@ -15,6 +15,15 @@ export interface Env {
   LARK_API_BASE?: string;
   LOG_LEVEL?: string;
   DB_STATEMENT_TIMEOUT_MS?: string;
+  ACTOR_JWT_SECRET?: string;
+  ACTOR_JWKS_URL?: string;
+  ACTOR_JWT_ISSUER?: string;
+  ACTOR_JWT_AUDIENCE?: string;
+  REACTION_TICKET_TTL_SECONDS?: string;
+  REACTION_TICKET_MAX_OUTSTANDING?: string;
+  REACTION_TICKET_RATE_PER_MINUTE?: string;
+  REACTION_TX_BUDGET_MS?: string;
+  REACTION_LOCK_TIMEOUT_MS?: string;
   TYPING_MAINTENANCE: DurableObjectNamespace<TypingMaintenance>;
   RETENTION_CLEANUP: DurableObjectNamespace<RetentionCleanup>;
   WORKSPACE_QUOTA: DurableObjectNamespace<WorkspaceQuota>;
@@ -43,6 +52,16 @@ export const ConfigSchema = z.object({
   LARK_API_BASE: z.string().url().default('https://open.larksuite.com'),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
   DB_STATEMENT_TIMEOUT_MS: intFromString(100, 60_000).default(5000),
+  // Mobile reaction API (workers/reaction-tickets, workers/auth). Actor JWTs: HS256 secret or JWKS.
+  ACTOR_JWT_SECRET: z.string().min(32, 'at least 32 characters').optional(),
+  ACTOR_JWKS_URL: z.string().url().optional(),
+  ACTOR_JWT_ISSUER: z.string().min(1).optional(),
+  ACTOR_JWT_AUDIENCE: z.string().min(1).optional(),
+  REACTION_TICKET_TTL_SECONDS: intFromString(60, 90 * 86_400).default(7 * 86_400),
+  REACTION_TICKET_MAX_OUTSTANDING: intFromString(1, 10_000).default(64),
+  REACTION_TICKET_RATE_PER_MINUTE: intFromString(1, 10_000).default(120),
+  REACTION_TX_BUDGET_MS: intFromString(100, 30_000).default(4000),
+  REACTION_LOCK_TIMEOUT_MS: intFromString(50, 30_000).default(2500),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;

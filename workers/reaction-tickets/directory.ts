@@ -1,0 +1,134 @@
+import { AppError } from '../errors';
+import type { Queryable } from './types';
+
+/**
+ * The chat directory the platform upserts through /admin: workspaces, actors,
+ * conversations, members and messages. Upserts are idempotent; a row never moves to
+ * another workspace or conversation (that would re-home its receipts), so a conflicting
+ * parent is refused with 409.
+ */
+export async function upsertWorkspace(db: Queryable, w: { id: string; name?: string }): Promise<void> {
+  await db.query(
+    `insert into private.workspaces (id, name) values ($1, coalesce($2, ''))
+     on conflict (id) do update set name = coalesce($2, private.workspaces.name), updated_at = app_now()`,
+    [w.id, w.name ?? null],
+  );
+}
+
+async function upsertChild(db: Queryable, sql: string, params: unknown[], what: string): Promise<void> {
+  const { rowCount } = await db.query(sql, params);
+  if (!rowCount) throw new AppError('conflict', `${what} exists under another parent`);
+}
+
+export async function upsertActor(
+  db: Queryable,
+  a: { id: string; workspaceId: string; displayName?: string },
+): Promise<void> {
+  await upsertChild(
+    db,
+    `insert into private.actors (id, workspace_id, display_name) values ($1, $2, coalesce($3, ''))
+     on conflict (id) do update set display_name = coalesce($3, private.actors.display_name), updated_at = app_now()
+     where private.actors.workspace_id = excluded.workspace_id`,
+    [a.id, a.workspaceId, a.displayName ?? null],
+    'actor',
+  );
+}
+
+export async function upsertConversation(
+  db: Queryable,
+  c: { id: string; workspaceId: string; title?: string },
+): Promise<void> {
+  await upsertChild(
+    db,
+    `insert into private.conversations (id, workspace_id, title) values ($1, $2, coalesce($3, ''))
+     on conflict (id) do update set title = coalesce($3, private.conversations.title), updated_at = app_now()
+     where private.conversations.workspace_id = excluded.workspace_id`,
+    [c.id, c.workspaceId, c.title ?? null],
+    'conversation',
+  );
+}
+
+/** Sets the member list delta: adds `add`, removes `remove`. Actors must share the workspace. */
+export async function setMembers(
+  db: Queryable,
+  conversationId: string,
+  add: string[],
+  remove: string[],
+): Promise<{ added: number; removed: number }> {
+  const added = await db.query(
+    `insert into private.conversation_members (conversation_id, actor_id)
+     select c.id, a.id from private.conversations c
+     join private.actors a on a.workspace_id = c.workspace_id and a.id = any($2::text[])
+     where c.id = $1
+     on conflict do nothing`,
+    [conversationId, add],
+  );
+  const removed = await db.query(
+    'delete from private.conversation_members where conversation_id = $1 and actor_id = any($2::text[])',
+    [conversationId, remove],
+  );
+  return { added: added.rowCount ?? 0, removed: removed.rowCount ?? 0 };
+}
+
+export async function upsertMessage(
+  db: Queryable,
+  m: { id: string; conversationId: string; authorActorId?: string; body?: string },
+): Promise<void> {
+  await upsertChild(
+    db,
+    `insert into private.messages (id, workspace_id, conversation_id, author_actor_id, body)
+     select $1, c.workspace_id, c.id, $3, coalesce($4, '') from private.conversations c where c.id = $2
+     on conflict (id) do update set body = coalesce($4, private.messages.body), updated_at = app_now()
+     where private.messages.conversation_id = excluded.conversation_id`,
+    [m.id, m.conversationId, m.authorActorId ?? null, m.body ?? null],
+    'message (or its conversation is unknown)',
+  );
+}
+
+/** Sign-out: every bearer token issued before now is refused from here on. */
+export async function signOutActor(db: Queryable, actorId: string): Promise<Date | null> {
+  const { rows } = await db.query<{ signed_out_at: Date }>(
+    'update private.actors set signed_out_at = app_now(), updated_at = app_now() where id = $1 returning signed_out_at',
+    [actorId],
+  );
+  return rows[0]?.signed_out_at ?? null;
+}
+
+export interface Admission {
+  workspaceId: string;
+  conversationId: string;
+}
+
+/**
+ * Admission, checked on every call: the actor exists, its token was issued after its last
+ * sign-out (second precision, as JWT `iat` is), and it is a member of the message's
+ * conversation. Unknown actor or revoked session is 401; a missing message and a
+ * non-member look the same (404), so existence never leaks.
+ */
+export async function admitToMessage(
+  db: Queryable,
+  actorId: string,
+  issuedAt: number | undefined,
+  messageId: string,
+): Promise<Admission> {
+  const { rows } = await db.query<{
+    signed_out_s: string | null;
+    workspace_id: string | null;
+    conversation_id: string | null;
+  }>(
+    `select floor(extract(epoch from a.signed_out_at))::bigint as signed_out_s,
+            m.workspace_id, m.conversation_id
+     from private.actors a
+     left join private.messages m on m.id = $2
+       and exists (select 1 from private.conversation_members cm
+                   where cm.conversation_id = m.conversation_id and cm.actor_id = a.id)
+     where a.id = $1`,
+    [actorId, messageId],
+  );
+  const row = rows[0];
+  if (!row) throw new AppError('unauthorized', 'Unknown actor');
+  if (row.signed_out_s !== null && (issuedAt === undefined || issuedAt < Number(row.signed_out_s)))
+    throw new AppError('unauthorized', 'Session ended by sign-out');
+  if (!row.workspace_id || !row.conversation_id) throw new AppError('not_found', 'Message not found');
+  return { workspaceId: row.workspace_id, conversationId: row.conversation_id };
+}

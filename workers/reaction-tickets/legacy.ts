@@ -1,0 +1,112 @@
+import { AppError } from '../errors';
+import { admitLegacyWrite } from './contract';
+import { admitToMessage } from './directory';
+import { lockMessage, lockOperation, lockRetirement } from './locks';
+import type { Caller, RetireResult, WriteResult } from './operations';
+import { retiredError } from './operations';
+import { applyDesired, readReactions } from './reactions';
+import { findFence, findReceipt, insertFence, insertReceipt } from './receipts';
+import { findTicketByOperation, sameIntent } from './tickets';
+import { type Intent, type Queryable, toReceipt } from './types';
+
+/**
+ * The legacy unbounded contract for old clients: desired-state writes and retirements keyed
+ * by a client operation ID with no ticket and no expiry. Admitted only while the contract is
+ * open (`admitLegacyWrite`, which also fences the drain); an operation that has a ticket must
+ * use it, so the legacy path can never bypass a ticket's expiry.
+ */
+async function refuseTicketed(client: Queryable, actorId: string, operationId: string): Promise<void> {
+  if (await findTicketByOperation(client, actorId, operationId))
+    throw new AppError('ticket_required', 'This operation has a ticket; send it');
+}
+
+export async function applyLegacy(
+  client: Queryable,
+  caller: Caller,
+  operationId: string,
+  intent: Intent,
+): Promise<WriteResult> {
+  await admitLegacyWrite(client);
+  await lockOperation(client, caller.actorId, operationId);
+  await refuseTicketed(client, caller.actorId, operationId);
+  const admission = await admitToMessage(client, caller.actorId, caller.issuedAt, intent.messageId);
+  const prior = await findReceipt(client, caller.actorId, operationId);
+  if (prior) {
+    if (!sameIntent(prior, intent))
+      throw new AppError('intent_mismatch', 'This operation applied another intent');
+    return {
+      receipt: toReceipt(prior),
+      replayed: true,
+      message: (await readReactions(client, prior.message_id))!,
+    };
+  }
+  await lockRetirement(client, caller.actorId, operationId);
+  if (await findFence(client, caller.actorId, operationId))
+    throw await retiredError(client, operationId, intent.messageId);
+  const locked = await lockMessage(client, intent.messageId);
+  if (!locked) throw new AppError('not_found', 'Message not found');
+  const { outcome, version } = await applyDesired(
+    client,
+    intent.messageId,
+    caller.actorId,
+    intent.emoji,
+    intent.desired,
+    locked.version,
+  );
+  const row = await insertReceipt(client, {
+    actorId: caller.actorId,
+    operationId,
+    workspaceId: admission.workspaceId,
+    conversationId: admission.conversationId,
+    messageId: intent.messageId,
+    emoji: intent.emoji,
+    desired: intent.desired,
+    outcome,
+    reactionVersion: version,
+    contract: 'legacy',
+    ticketId: null,
+    ticketExpiresAt: null,
+  });
+  return {
+    receipt: toReceipt(row),
+    replayed: false,
+    message: (await readReactions(client, intent.messageId))!,
+  };
+}
+
+/** Retires an arbitrary operation ID (old clients' sign-out journals). */
+export async function retireLegacy(
+  client: Queryable,
+  caller: Caller,
+  operationId: string,
+): Promise<RetireResult> {
+  await admitLegacyWrite(client);
+  await lockOperation(client, caller.actorId, operationId);
+  await refuseTicketed(client, caller.actorId, operationId);
+  const { rows } = await client.query<{ signed_out_s: string | null }>(
+    'select floor(extract(epoch from signed_out_at))::bigint as signed_out_s from private.actors where id = $1',
+    [caller.actorId],
+  );
+  const actor = rows[0];
+  if (!actor) throw new AppError('unauthorized', 'Unknown actor');
+  if (actor.signed_out_s !== null && (caller.issuedAt ?? 0) < Number(actor.signed_out_s))
+    throw new AppError('unauthorized', 'Session ended by sign-out');
+  const prior = await findReceipt(client, caller.actorId, operationId);
+  if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message: null };
+  await lockRetirement(client, caller.actorId, operationId);
+  const fence = await insertFence(client, {
+    actorId: caller.actorId,
+    operationId,
+    workspaceId: null,
+    messageId: null,
+    contract: 'legacy',
+    ticketId: null,
+    ticketExpiresAt: null,
+  });
+  return {
+    status: 'retired',
+    operationId,
+    retiredAt: new Date(fence.created_at).toISOString(),
+    message: null,
+  };
+}

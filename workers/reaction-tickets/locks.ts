@@ -1,0 +1,40 @@
+import type { Queryable } from './types';
+
+/**
+ * The fixed lock order of every reaction write: operation, then retirement, then message.
+ * The first two are transaction-scoped advisory locks on (actor, operation ID), so they exist
+ * before any ticket, receipt or fence row does; the message lock is the message row itself,
+ * which serializes every reaction change of one message (its reaction_version bumps).
+ * Tests hold these from another connection with the same SQL.
+ */
+export const OPERATION_LOCK_NS = 720_101;
+export const RETIREMENT_LOCK_NS = 720_102;
+
+export const OPERATION_LOCK_SQL = "select pg_advisory_xact_lock(720101, hashtext($1 || '/' || $2))";
+export const RETIREMENT_LOCK_SQL = "select pg_advisory_xact_lock(720102, hashtext($1 || '/' || $2))";
+export const MESSAGE_LOCK_SQL =
+  'select reaction_version, app_now() as now from private.messages where id = $1 for update';
+
+export async function lockOperation(client: Queryable, actorId: string, operationId: string): Promise<void> {
+  await client.query(OPERATION_LOCK_SQL, [actorId, operationId]);
+}
+
+export async function lockRetirement(client: Queryable, actorId: string, operationId: string): Promise<void> {
+  await client.query(RETIREMENT_LOCK_SQL, [actorId, operationId]);
+}
+
+/** Locks the message row; returns its reaction version and fresh database time, or null. */
+export async function lockMessage(
+  client: Queryable,
+  messageId: string,
+): Promise<{ version: number; now: Date } | null> {
+  const { rows } = await client.query<{ reaction_version: string; now: Date }>(MESSAGE_LOCK_SQL, [messageId]);
+  const row = rows[0];
+  return row ? { version: Number(row.reaction_version), now: row.now } : null;
+}
+
+/** Fresh database time: every expiry decision reads it after the locks it depends on. */
+export async function freshNow(client: Queryable): Promise<Date> {
+  const { rows } = await client.query<{ now: Date }>('select app_now() as now');
+  return rows[0]!.now;
+}
