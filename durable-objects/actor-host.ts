@@ -1,5 +1,160 @@
 import { DurableObject } from 'cloudflare:workers';
-import type { Env } from '../workers/env';
+import type { Pool } from '@neondatabase/serverless';
+import { openPool } from '../workers/db/pool';
+import { effectConfigFrom, heartbeatEveryMs } from '../workers/effects/host-config';
+import { loadInstance } from '../workers/effects/mailbox';
+import { heartbeat, registerProcess } from '../workers/effects/processes';
+import { processRecoveryChecks } from '../workers/effects/recovery';
+import { effectRegistry } from '../workers/effects/registry';
+import { drainInstance, runClaimedEffects } from '../workers/effects/runner';
+import type { EffectRuntimeConfig } from '../workers/effects/types';
+import { type Config, type Env, loadConfig } from '../workers/env';
+import { log } from '../workers/log';
 
-/** One per actor instance: wake-ups, debounce timers, mailbox drain and effect heartbeats. */
-export class ActorHost extends DurableObject<Env> {}
+export interface PumpReport {
+  handled: number;
+  checks: number;
+  claimed: number;
+  completed: number;
+  failed: number;
+  /** Next alarm (epoch ms) or null: a due timer, or the next heartbeat while holding claims. */
+  alarmAt: number | null;
+}
+
+const EFFECT_BATCH = 20;
+
+/** Wakes the host of `instanceId` (idFromName of the instance id). */
+export function actorHostStub(env: Env, instanceId: string) {
+  return env.ACTOR_HOST.get(env.ACTOR_HOST.idFromName(instanceId));
+}
+
+/**
+ * One per actor instance. `wake()` after every commit that gives the instance work: it
+ * drains the mailbox into the actor's handler (one fenced commit per message), answers
+ * open recovery checks, then claims and runs the instance's effects as a registered
+ * process. While effects are in flight the alarm heartbeats that process; otherwise the
+ * alarm is the actor's timer. Every fact lives in Postgres: an evicted host loses nothing,
+ * and the minute cron's pass recovers what a dead host held.
+ */
+export class ActorHost extends DurableObject<Env> {
+  private inFlight = 0;
+  private pumping: Promise<PumpReport> | null = null;
+  private again = false;
+
+  /** RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump. */
+  async wake(instanceId: string): Promise<PumpReport> {
+    await this.ctx.storage.put('instanceId', instanceId);
+    if (this.pumping) {
+      this.again = true;
+      return this.pumping;
+    }
+    this.pumping = (async () => {
+      try {
+        let report: PumpReport;
+        do {
+          this.again = false;
+          report = await this.pump(instanceId);
+        } while (this.again);
+        return report;
+      } finally {
+        this.pumping = null;
+      }
+    })();
+    return this.pumping;
+  }
+
+  override async alarm(): Promise<void> {
+    const instanceId = await this.ctx.storage.get<string>('instanceId');
+    if (!instanceId) return;
+    if (this.inFlight > 0)
+      await this.withPool((pool) => this.beat(pool, this.config())).catch((err) =>
+        log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
+      );
+    try {
+      await this.wake(instanceId);
+    } catch (err) {
+      log.error('actor_host_pump_failed', { instanceId, error: err });
+      await this.ctx.storage.setAlarm(Date.now() + 5000);
+    }
+  }
+
+  private config(): EffectRuntimeConfig {
+    return effectConfigFrom(loadConfig(this.env) as Config);
+  }
+
+  private async withPool<T>(fn: (pool: Pool) => Promise<T>): Promise<T> {
+    const pool = openPool(loadConfig(this.env), 4);
+    try {
+      return await fn(pool);
+    } finally {
+      await pool.end();
+    }
+  }
+
+  /** Heartbeats the host's process, registering a new one if it was stopped or pruned. */
+  private async beat(pool: Pool, _config: EffectRuntimeConfig): Promise<string> {
+    const known = await this.ctx.storage.get<string>('processId');
+    if (known && (await heartbeat(pool, known))) return known;
+    const id = await registerProcess(pool, 'actor-host');
+    await this.ctx.storage.put('processId', id);
+    return id;
+  }
+
+  private async pump(instanceId: string): Promise<PumpReport> {
+    const config = this.config();
+    return this.withPool(async (pool) => {
+      const handled = await drainInstance(pool, effectRegistry, instanceId, config);
+      const checks = (await processRecoveryChecks(pool, instanceId, config)).size;
+      const processId = await this.beat(pool, config);
+      const report = { handled, checks, claimed: 0, completed: 0, failed: 0, alarmAt: null as number | null };
+      for (;;) {
+        this.inFlight++;
+        await this.armAlarm(Date.now() + heartbeatEveryMs(config));
+        try {
+          const r = await runClaimedEffects(pool, effectRegistry, processId, {
+            limit: EFFECT_BATCH,
+            instanceId,
+          });
+          report.claimed += r.claimed;
+          report.completed += r.completed;
+          report.failed += r.failed;
+          if (r.claimed < EFFECT_BATCH) break;
+        } finally {
+          this.inFlight--;
+        }
+      }
+      // Completions may have sent callbacks (failed/completed) to this very mailbox.
+      report.handled += await drainInstance(pool, effectRegistry, instanceId, config);
+      report.alarmAt = await this.nextAlarm(pool, instanceId);
+      return report;
+    });
+  }
+
+  /** The actor's timer, or a short retry while messages wait for their availability time. */
+  private async nextAlarm(pool: Pool, instanceId: string): Promise<number | null> {
+    const inst = await loadInstance(pool, instanceId);
+    const { rows } = await pool.query<{ now: string; next: string | null }>(
+      `select app_now_ms() as now,
+              (select min(available_at_ms) from actor_mailbox
+                where instance_id = $1 and state = 'pending') as next`,
+      [instanceId],
+    );
+    const dbNow = Number(rows[0]!.now);
+    const candidates = [inst?.wake_at_ms, rows[0]!.next]
+      .filter((v): v is string => typeof v === 'string')
+      .map(Number);
+    if (candidates.length === 0) {
+      if (this.inFlight === 0) await this.ctx.storage.deleteAlarm();
+      return null;
+    }
+    // Database time decides due-ness; translate to this isolate's clock for the alarm.
+    const at = Date.now() + Math.max(0, Math.min(...candidates) - dbNow);
+    await this.ctx.storage.setAlarm(at);
+    return at;
+  }
+
+  private async armAlarm(at: number): Promise<void> {
+    const current = await this.ctx.storage.getAlarm();
+    if (current === null || current > at) await this.ctx.storage.setAlarm(at);
+  }
+}

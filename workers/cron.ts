@@ -1,3 +1,4 @@
+import { effectsEveryMinute } from './effects/cron';
 import type { Env } from './env';
 import { log } from './log';
 
@@ -6,7 +7,13 @@ type CronHandler = (env: Env, ctx: ExecutionContext, scheduledTime: number) => P
 /** Keeps the 30-second maintenance alarm armed; the cron itself fires at most once a minute. */
 async function everyMinute(env: Env): Promise<unknown> {
   const maintenance = env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton'));
-  return { typingMaintenance: await maintenance.ensureArmed() };
+  const typingMaintenance = await maintenance.ensureArmed();
+  // Effect recovery and mailbox polling; its failure must not stop the maintenance arm.
+  const effects = await effectsEveryMinute(env).catch((err) => {
+    log.error('effect_recovery_pass_failed', { error: err });
+    return null;
+  });
+  return { typingMaintenance, effects };
 }
 
 /** Asks the retention owner for its hourly run; it decides whether it is enabled. */

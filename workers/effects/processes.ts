@@ -1,0 +1,70 @@
+import { EFFECT_PROTOCOL_VERSION, type Queryable } from './types';
+
+export interface ProcessRow {
+  id: string;
+  role: string;
+  protocol_version: number;
+  heartbeat_at_ms: string;
+  started_at_ms: string;
+  stopped_at_ms: string | null;
+}
+
+/** Registers a process that may claim effects; returns its id (the claim owner). */
+export async function registerProcess(
+  q: Queryable,
+  role: string,
+  protocolVersion = EFFECT_PROTOCOL_VERSION,
+): Promise<string> {
+  const { rows } = await q.query<{ id: string }>(
+    'insert into effect_processes (role, protocol_version) values ($1, $2) returning id',
+    [role, protocolVersion],
+  );
+  return rows[0]!.id;
+}
+
+/** Refreshes the heartbeat from database time; false once the process is stopped or pruned. */
+export async function heartbeat(q: Queryable, processId: string): Promise<boolean> {
+  const res = await q.query(
+    `update effect_processes set heartbeat_at_ms = app_now_ms()
+      where id = $1 and stopped_at_ms is null`,
+    [processId],
+  );
+  return res.rowCount === 1;
+}
+
+/**
+ * Graceful shutdown. Claims without a recovery opt-in go back to pending at once (they run
+ * again elsewhere). Opted-in claims are kept, and the heartbeat is left as it was: it is
+ * the evidence recovery reads, so those effects are retired only after their own grace.
+ * Locks effects before the process row, as the lock order requires.
+ */
+export async function stopProcess(q: Queryable, processId: string): Promise<{ released: number }> {
+  const released = await q.query(
+    `update effects e set status = 'pending', locked_by = null, locked_at_ms = null, run_at_ms = app_now_ms()
+      where e.locked_by = $1 and e.status = 'processing'
+        and not exists (select 1 from effect_recoveries r
+                         where r.effect_id = e.id and r.recovery_operation is not null)`,
+    [processId],
+  );
+  await q.query(
+    'update effect_processes set stopped_at_ms = app_now_ms() where id = $1 and stopped_at_ms is null',
+    [processId],
+  );
+  return { released: released.rowCount ?? 0 };
+}
+
+/**
+ * Deletes stopped or long-silent processes, one bounded batch, never one that still owns
+ * an effect: its row is the heartbeat evidence recovery needs until that effect is settled.
+ */
+export async function pruneProcesses(q: Queryable, pruneAfterMs: number, batch = 500): Promise<number> {
+  const res = await q.query(
+    `delete from effect_processes p
+      where p.id in (select id from effect_processes
+                      where heartbeat_at_ms < app_now_ms() - $1::bigint
+                      order by id limit $2)
+        and not exists (select 1 from effects e where e.locked_by = p.id and e.status = 'processing')`,
+    [pruneAfterMs, batch],
+  );
+  return res.rowCount ?? 0;
+}

@@ -1,0 +1,214 @@
+import type { Pool } from '@neondatabase/serverless';
+import { z } from 'zod';
+import { type Clock, Deadline, systemClock } from '../clock';
+import { withTx } from '../db/tx';
+import { AppError } from '../errors';
+import { log } from '../log';
+import { decideRecovery, type RecoveryOutcome } from './recovery-decide';
+import type { EffectHandle, EffectRuntimeConfig, Queryable } from './types';
+
+/** Wakes the origin's ActorHost after a commit; failures are logged, polling still delivers. */
+export type WakeFn = (instanceId: string) => Promise<unknown>;
+
+const TX_BUDGET_MS = 5000;
+
+async function wakeAfterCommit(wake: WakeFn | undefined, instanceId: string): Promise<void> {
+  if (!wake) return;
+  try {
+    await wake(instanceId);
+  } catch (err) {
+    log.warn('effect_wake_failed', { instanceId, error: err });
+  }
+}
+
+/**
+ * Candidates for automatic recovery: processing effects whose owner is missing or whose
+ * heartbeat is older than the effective timeout, by database time. Reads only the partial
+ * `effects_processing` index (work in flight), never the table. Unlocked: a hint only,
+ * re-decided under locks; fresh owners never appear here, so they are never locked.
+ */
+export async function staleCandidates(
+  q: Queryable,
+  config: Pick<EffectRuntimeConfig, 'staleAfterMs' | 'claimScanLimit'>,
+): Promise<{ id: string; origin_instance_id: string }[]> {
+  const { rows } = await q.query<{ id: string; origin_instance_id: string }>(
+    `select e.id, e.origin_instance_id
+       from effects e
+       left join effect_processes p on p.id = e.locked_by
+       left join effect_recoveries r on r.effect_id = e.id
+      where e.status = 'processing'
+        and (p.id is null
+             or p.heartbeat_at_ms < app_now_ms() - greatest($1::bigint, coalesce(r.timeout_ms, 0)))
+      order by e.id
+      limit $2`,
+    [config.staleAfterMs, config.claimScanLimit],
+  );
+  return rows;
+}
+
+export interface RecoveryPassReport {
+  candidates: number;
+  retired: number;
+  requeued: number;
+  deferred: number;
+  errors: number;
+  checks: number;
+}
+
+/**
+ * One automatic pass: at most `claimScanLimit` candidates, each decided in its own
+ * transaction, within `budgetMs`. Then open explicit checks, a bounded batch.
+ */
+export async function runRecoveryPass(
+  pool: Pool,
+  config: EffectRuntimeConfig,
+  opts: { budgetMs?: number; wake?: WakeFn; clock?: Clock } = {},
+): Promise<RecoveryPassReport> {
+  const deadline = new Deadline(opts.budgetMs ?? 20_000, opts.clock ?? systemClock);
+  const report: RecoveryPassReport = {
+    candidates: 0,
+    retired: 0,
+    requeued: 0,
+    deferred: 0,
+    errors: 0,
+    checks: 0,
+  };
+  const candidates = await staleCandidates(pool, config);
+  report.candidates = candidates.length;
+  for (const c of candidates) {
+    if (deadline.expired()) break;
+    try {
+      const decided = await withTx(pool, { budgetMs: deadline.slice(TX_BUDGET_MS) }, (tx) =>
+        decideRecovery(tx, c.origin_instance_id, [c.id], [], config),
+      );
+      const out = decided.outcomes.get(c.id)?.outcome;
+      if (out === 'retired') report.retired++;
+      else if (out === 'pending' || out === 'dead') report.requeued++;
+      else if (out === 'deferred') report.deferred++;
+      if (decided.retired.length > 0 || out === 'dead')
+        await wakeAfterCommit(opts.wake, c.origin_instance_id);
+    } catch (err) {
+      // A query error is an error, never a verdict of "stale".
+      report.errors++;
+      log.error('effect_recovery_failed', { effectId: c.id, error: err });
+    }
+  }
+  const { rows } = await pool.query<{ origin_instance_id: string }>(
+    `select distinct origin_instance_id from effect_recovery_checks where outcome is null limit $1`,
+    [config.claimScanLimit],
+  );
+  for (const r of rows) {
+    if (deadline.expired()) break;
+    try {
+      report.checks += (await processRecoveryChecks(pool, r.origin_instance_id, config, opts)).size;
+    } catch (err) {
+      report.errors++;
+      log.error('effect_recovery_check_failed', { instanceId: r.origin_instance_id, error: err });
+    }
+  }
+  return report;
+}
+
+const HandleSchema = z.object({
+  effectId: z.string().uuid(),
+  instanceId: z.string().min(1).max(400),
+  kind: z.string().optional(),
+});
+
+/**
+ * Stages an explicit recovery check on the caller's transaction connection: one insert,
+ * no other transaction, whatever locks the caller holds. The check runs after the caller
+ * commits (ActorHost wake, or the minute pass) and its answer arrives in the origin's
+ * mailbox as `effect:<id>:check:<requestId>`. The request id is internal.
+ * Throws `gone` when the effect has no binding on this instance (never bound, or pruned
+ * after its retention lifetime).
+ */
+export async function requestEffectRecovery(
+  tx: Queryable,
+  handle: EffectHandle,
+): Promise<{ requestId: string }> {
+  const h = HandleSchema.parse(handle);
+  const { rows } = await tx.query<{ id: string }>(
+    `insert into effect_recovery_checks (effect_id, origin_instance_id)
+     select r.effect_id, r.origin_instance_id from effect_recoveries r
+      where r.effect_id = $1 and r.origin_instance_id = $2
+     returning id`,
+    [h.effectId, h.instanceId],
+  );
+  if (rows.length !== 1)
+    throw new AppError(
+      'gone',
+      'no recovery binding for this effect on this instance (never bound, or past its retention)',
+      {
+        effectId: h.effectId,
+      },
+    );
+  return { requestId: rows[0]!.id };
+}
+
+/**
+ * The explicit batch for one origin instance: every open check, in one transaction, all
+ * effect and binding locks before any process lock. Returns each request's outcome.
+ */
+export async function processRecoveryChecks(
+  pool: Pool,
+  instanceId: string,
+  config: EffectRuntimeConfig,
+  opts: { wake?: WakeFn; limit?: number } = {},
+): Promise<Map<string, RecoveryOutcome>> {
+  let retiredAny = false;
+  const outcomes = await withTx(pool, { budgetMs: TX_BUDGET_MS }, async (tx) => {
+    // The instance lock (taken again, first, inside decideRecovery) serializes batches.
+    await tx.query('select id from actor_instances where id = $1 for no key update', [instanceId]);
+    const { rows } = await tx.query<{ id: string; effect_id: string }>(
+      `select id, effect_id from effect_recovery_checks
+        where origin_instance_id = $1 and outcome is null order by id limit $2`,
+      [instanceId, opts.limit ?? config.claimScanLimit],
+    );
+    if (rows.length === 0) return new Map<string, RecoveryOutcome>();
+    const checks = rows.map((r) => ({ requestId: r.id, effectId: r.effect_id }));
+    const decided = await decideRecovery(
+      tx,
+      instanceId,
+      checks.map((c) => c.effectId),
+      checks,
+      config,
+    );
+    await tx.query(
+      `update effect_recovery_checks c set outcome = o.outcome, resolved_at_ms = app_now_ms()
+         from unnest($1::bigint[], $2::text[]) as o(id, outcome) where c.id = o.id`,
+      [[...decided.checkOutcomes.keys()], [...decided.checkOutcomes.values()].map((o) => o.outcome)],
+    );
+    retiredAny = decided.retired.length > 0;
+    return decided.checkOutcomes;
+  });
+  if (outcomes.size > 0 || retiredAny) await wakeAfterCommit(opts.wake, instanceId);
+  return outcomes;
+}
+
+/** Bounded retention for bindings and resolved checks: only past their lifetime. */
+export async function pruneRecoveryBindings(q: Queryable, batch = 1000): Promise<number> {
+  await q.query(
+    `delete from effect_recovery_checks where id in (
+       select id from effect_recovery_checks where outcome is not null
+          and resolved_at_ms < app_now_ms() - 86400000 limit $1)`,
+    [batch],
+  );
+  const res = await q.query(
+    `delete from effect_recoveries where effect_id in (
+       select effect_id from effect_recoveries where expires_at_ms < app_now_ms() limit $1)`,
+    [batch],
+  );
+  return res.rowCount ?? 0;
+}
+
+/** Deletes terminal effects past retention (bindings stay), one bounded batch. */
+export async function pruneEffects(q: Queryable, retentionMs: number, batch = 1000): Promise<number> {
+  const res = await q.query(
+    `delete from effects where id in (
+       select id from effects where status in ('completed', 'dead')
+          and finished_at_ms < app_now_ms() - $1::bigint limit $2)`,
+    [retentionMs, batch],
+  );
+  return res.rowCount ?? 0;
+}

@@ -1,0 +1,75 @@
+import type { EmitOptions } from './emit';
+import type { EffectHandle } from './types';
+
+/** One input to an actor's handler: a mailbox message, or its own timer coming due. */
+export type ActorEvent =
+  | { type: 'message'; key: string; payload: unknown; messageId: string }
+  | { type: 'timer'; atMs: number };
+
+export interface ActorContext {
+  instanceId: string;
+  actorType: string;
+  actorKey: string;
+  /** The revision this handler read; its commit is fenced on it. */
+  revision: string;
+  /** Database time (app_now_ms) when the state was read. */
+  nowMs: number;
+  /** The emit API: stages an effect, returns its handle; persisted by the fenced commit. */
+  emit(kind: string, args: unknown, opts?: EmitOptions): EffectHandle;
+  /** Ask for a timer event at `atMs` (database epoch ms; replaces any earlier one), or clear it. */
+  setTimer(atMs: number | null): void;
+  /** Stage an explicit recovery check; it is written on the commit's own transaction. */
+  requestRecovery(handle: EffectHandle): void;
+}
+
+export interface ActorType<S = unknown> {
+  type: string;
+  initialState(): S;
+  /** Returns the new state. Throwing leaves the message pending and writes nothing. */
+  handle(event: ActorEvent, state: S, ctx: ActorContext): S | Promise<S>;
+}
+
+export interface ClaimedEffect {
+  id: string;
+  kind: string;
+  args: unknown;
+  attempts: number;
+  instanceId: string;
+}
+
+export interface EffectExecutor {
+  kind: string;
+  /** Per-run budget; the signal aborts after it. Defaults to 30 s. */
+  timeoutMs?: number;
+  /** Resolves with the result (stored, JSON) or throws (retry with backoff, then dead). */
+  run(effect: ClaimedEffect, signal: AbortSignal): Promise<unknown>;
+}
+
+/** Actor types and effect executors by name; code, not I/O, so module scope is fine. */
+export class EffectRegistry {
+  private readonly actors = new Map<string, ActorType<never>>();
+  private readonly executors = new Map<string, EffectExecutor>();
+
+  registerActor<S>(actor: ActorType<S>): this {
+    if (this.actors.has(actor.type)) throw new Error(`actor type ${actor.type} registered twice`);
+    this.actors.set(actor.type, actor as unknown as ActorType<never>);
+    return this;
+  }
+
+  registerEffect(executor: EffectExecutor): this {
+    if (this.executors.has(executor.kind)) throw new Error(`effect kind ${executor.kind} registered twice`);
+    this.executors.set(executor.kind, executor);
+    return this;
+  }
+
+  actor(type: string): ActorType<unknown> | undefined {
+    return this.actors.get(type) as ActorType<unknown> | undefined;
+  }
+
+  executor(kind: string): EffectExecutor | undefined {
+    return this.executors.get(kind);
+  }
+}
+
+/** The registry the Worker's ActorHost uses; features register into it at module load. */
+export const effectRegistry = new EffectRegistry();

@@ -1,0 +1,152 @@
+import type { Pool } from '@neondatabase/serverless';
+import { withTx } from '../db/tx';
+import { AppError } from '../errors';
+import { log } from '../log';
+import { commitActor } from './commit';
+import { EffectStage } from './emit';
+import { loadInstance, pendingMessages } from './mailbox';
+import { requestEffectRecovery } from './recovery';
+import type { ActorEvent, EffectRegistry } from './registry';
+import { claimEffects, completeEffects, failEffects } from './scheduler';
+import type { EffectHandle, EffectRuntimeConfig } from './types';
+
+export interface DrainStepResult {
+  handled: boolean;
+  event?: ActorEvent;
+  effects: EffectHandle[];
+  checkRequestIds: string[];
+}
+
+const MAX_FENCE_RETRIES = 3;
+
+/**
+ * Delivers one event (the oldest available message, else a due timer) to the instance's
+ * handler and persists the outcome with one fenced commit. A concurrent commit moves the
+ * revision: the step re-reads and runs the handler again, writing nothing for the loser.
+ */
+export async function drainStep(
+  pool: Pool,
+  registry: EffectRegistry,
+  instanceId: string,
+  config: EffectRuntimeConfig,
+): Promise<DrainStepResult> {
+  for (let attempt = 1; ; attempt++) {
+    const inst = await loadInstance(pool, instanceId);
+    if (!inst) return { handled: false, effects: [], checkRequestIds: [] };
+    const actor = registry.actor(inst.actor_type);
+    if (!actor) throw new AppError('internal_error', `no actor type registered for ${inst.actor_type}`);
+    const [msg] = await pendingMessages(pool, instanceId, 1);
+    const { rows } = await pool.query<{ now: string }>('select app_now_ms() as now');
+    const nowMs = Number(rows[0]!.now);
+    let event: ActorEvent;
+    if (msg) event = { type: 'message', key: msg.message_key, payload: msg.payload, messageId: msg.id };
+    else if (inst.wake_at_ms !== null && Number(inst.wake_at_ms) <= nowMs)
+      event = { type: 'timer', atMs: Number(inst.wake_at_ms) };
+    else return { handled: false, effects: [], checkRequestIds: [] };
+
+    const stage = new EffectStage(instanceId);
+    const checks: EffectHandle[] = [];
+    // A timer event consumes the timer unless the handler sets a new one.
+    let wakeAtMs: number | null | undefined = event.type === 'timer' ? null : undefined;
+    const state = await actor.handle(event, inst.state ?? actor.initialState(), {
+      instanceId,
+      actorType: inst.actor_type,
+      actorKey: inst.actor_key,
+      revision: inst.revision,
+      nowMs,
+      emit: (kind, args, opts) => stage.emit(kind, args, opts),
+      setTimer: (at) => {
+        wakeAtMs = at;
+      },
+      requestRecovery: (h) => {
+        checks.push(h);
+      },
+    });
+    try {
+      const checkRequestIds = await withTx(pool, { budgetMs: 5000 }, async (tx) => {
+        await commitActor(
+          tx,
+          {
+            instanceId,
+            expectedRevision: inst.revision,
+            state,
+            effects: stage.staged,
+            deliveredMessageIds: msg ? [msg.id] : [],
+            wakeAtMs,
+          },
+          config,
+        );
+        const ids: string[] = [];
+        for (const h of checks) ids.push((await requestEffectRecovery(tx, h)).requestId);
+        return ids;
+      });
+      return {
+        handled: true,
+        event,
+        effects: stage.staged.map((e) => ({ effectId: e.id, instanceId, kind: e.kind })),
+        checkRequestIds,
+      };
+    } catch (err) {
+      if (err instanceof AppError && err.code === 'revision_conflict' && attempt < MAX_FENCE_RETRIES)
+        continue;
+      throw err;
+    }
+  }
+}
+
+/** Drains up to `max` events; returns how many were handled. */
+export async function drainInstance(
+  pool: Pool,
+  registry: EffectRegistry,
+  instanceId: string,
+  config: EffectRuntimeConfig,
+  max = 100,
+): Promise<number> {
+  let n = 0;
+  while (n < max && (await drainStep(pool, registry, instanceId, config)).handled) n++;
+  return n;
+}
+
+/**
+ * Claims up to `limit` due effects (optionally of one instance) for `processId`, runs them
+ * concurrently, and writes results back in two batches (complete, fail).
+ */
+export async function runClaimedEffects(
+  pool: Pool,
+  registry: EffectRegistry,
+  processId: string,
+  opts: { limit: number; instanceId?: string },
+): Promise<{ claimed: number; completed: number; failed: number; rejected: number }> {
+  const claimed = await claimEffects(pool, processId, opts);
+  if (claimed.length === 0) return { claimed: 0, completed: 0, failed: 0, rejected: 0 };
+  const done: { id: string; result: unknown }[] = [];
+  const failed: { id: string; error: string }[] = [];
+  await Promise.all(
+    claimed.map(async (e) => {
+      const exec = registry.executor(e.kind);
+      if (!exec) {
+        failed.push({ id: e.id, error: `no executor registered for kind ${e.kind}` });
+        return;
+      }
+      try {
+        const signal = AbortSignal.timeout(exec.timeoutMs ?? 30_000);
+        const result = await exec.run(
+          { id: e.id, kind: e.kind, args: e.args, attempts: e.attempts, instanceId: e.origin_instance_id },
+          signal,
+        );
+        done.push({ id: e.id, result });
+      } catch (err) {
+        failed.push({ id: e.id, error: err instanceof Error ? err.message : String(err) });
+      }
+    }),
+  );
+  const c = await completeEffects(pool, processId, done);
+  const f = await failEffects(pool, processId, failed);
+  if (f.dead.length > 0) log.warn('effects_dead', { processId, count: f.dead.length });
+  return {
+    claimed: claimed.length,
+    completed: c.accepted.length,
+    failed: f.accepted.length,
+    rejected: c.rejected.length + f.rejected.length,
+  };
+}
