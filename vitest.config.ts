@@ -23,6 +23,7 @@ export default defineConfig({
               bindings: {
                 DATABASE_URL: inject('databaseUrl'),
                 NEON_WS_PROXY: inject('wsProxy'),
+                LARK_API_BASE: inject('larkBase'),
                 ADMIN_TOKEN: TEST_ADMIN_TOKEN,
                 SECRET_KEYS: TEST_SECRET_KEYS,
                 LOG_LEVEL: 'warn',

@@ -1,7 +1,9 @@
 import { Hono } from 'hono';
 import type { AppEnv } from './context';
 import { AppError } from './errors';
+import { webhook as larkWebhook } from './channel/webhook';
 import { health } from './health/routes';
+import { installations as larkInstallations } from './installations/routes';
 import { init, renderError } from './middleware';
 
 /** The HTTP surface. Feature folders own their routes; this file only mounts them. */
@@ -9,6 +11,8 @@ export function createApp() {
   const app = new Hono<AppEnv>();
   app.use('*', init());
   app.route('/', health);
+  app.route('/', larkWebhook);
+  app.route('/admin/lark/installations', larkInstallations);
   app.notFound((c) =>
     renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
   );

@@ -1,4 +1,5 @@
 import type { TestProject } from 'vitest/node';
+import { startLarkEmulator } from '../../emulator/server';
 import { startTestStack } from './stack';
 
 declare module 'vitest' {
@@ -6,6 +7,7 @@ declare module 'vitest' {
     adminUrl: string;
     databaseUrl: string;
     wsProxy: string;
+    larkBase: string;
   }
 }
 
@@ -14,5 +16,11 @@ export default async function setup(project: TestProject) {
   project.provide('adminUrl', stack.adminUrl);
   project.provide('databaseUrl', stack.databaseUrl);
   project.provide('wsProxy', stack.wsProxy);
-  return () => stack.stop();
+  // The Lark emulator, for the Worker's LARK_API_BASE and for tests that drive it over HTTP.
+  const lark = await startLarkEmulator();
+  project.provide('larkBase', lark.url);
+  return async () => {
+    await lark.close();
+    await stack.stop();
+  };
 }

@@ -1,0 +1,17 @@
+-- Lark installations: one self-built app in one workspace. Secrets are sealed with
+-- workers/crypto/sealed.ts, bound to `lark_installation:<id>:<field>`, so a ciphertext
+-- copied onto another row or field does not open.
+create table lark_installations (
+  id text primary key,
+  workspace_id text not null,
+  app_id text not null,
+  api_base text not null,
+  app_secret_sealed text not null,
+  verification_token_sealed text not null,
+  encrypt_key_sealed text,
+  credential_version integer not null default 1,
+  created_at timestamptz not null default app_now(),
+  updated_at timestamptz not null default app_now()
+);
+
+create unique index lark_installations_workspace_app on lark_installations (workspace_id, app_id);

@@ -1,0 +1,98 @@
+import { Hono } from 'hono';
+import { z } from 'zod';
+import type { AppEnv } from '../context';
+import { AppError } from '../errors';
+import { log } from '../log';
+import { requireAdmin } from '../middleware';
+import { deleteInstallation, getInstallationRow, insertInstallation, publicView, rotateInstallation } from './store';
+
+/** `lark` and `feishu` name the two public hosts; anything else must be an http(s) URL. */
+const ApiBase = z
+  .union([z.enum(['lark', 'feishu']), z.url({ protocol: /^https?$/ })])
+  .transform((v) => (v === 'lark' ? 'https://open.larksuite.com' : v === 'feishu' ? 'https://open.feishu.cn' : v))
+  .transform((v) => v.replace(/\/+$/, ''));
+const Secret = z.string().min(1).max(512);
+
+const Register = z.strictObject({
+  workspace_id: z.string().min(1).max(128),
+  app_id: z.string().regex(/^cli_[A-Za-z0-9]+$/, 'a Lark App ID (cli_…)'),
+  app_secret: Secret,
+  verification_token: Secret,
+  encrypt_key: Secret.nullish(),
+  api_base: ApiBase.optional(),
+});
+
+const Rotate = z
+  .strictObject({
+    app_secret: Secret.optional(),
+    verification_token: Secret.optional(),
+    encrypt_key: Secret.nullable().optional(),
+    api_base: ApiBase.optional(),
+  })
+  .refine((r) => Object.keys(r).length > 0, 'nothing to rotate');
+
+async function body<T extends z.ZodType>(req: Request, schema: T): Promise<z.infer<T>> {
+  let raw: unknown;
+  try {
+    raw = await req.json();
+  } catch {
+    throw new AppError('bad_request', 'Body must be JSON');
+  }
+  const parsed = schema.safeParse(raw);
+  // Issues name the field and the rule, never the value (it may be a secret).
+  if (!parsed.success)
+    throw new AppError(
+      'validation_failed',
+      'Request validation failed',
+      parsed.error.issues.map((i) => ({ path: i.path, message: i.message })),
+    );
+  return parsed.data;
+}
+
+/** Admin API for Lark installations; secrets go in, never come out. */
+export const installations = new Hono<AppEnv>()
+  .use('*', requireAdmin())
+  .post('/', async (c) => {
+    const input = await body(c.req.raw, Register);
+    const keys = c.var.config.SECRET_KEYS;
+    const row = await insertInstallation(c.var.db(), keys, {
+      workspaceId: input.workspace_id,
+      appId: input.app_id,
+      apiBase: input.api_base ?? c.var.config.LARK_API_BASE.replace(/\/+$/, ''),
+      appSecret: input.app_secret,
+      verificationToken: input.verification_token,
+      encryptKey: input.encrypt_key ?? null,
+    }).catch((err: { code?: string }) => {
+      if (err.code === '23505') throw new AppError('conflict', 'This app is already installed in this workspace');
+      throw err;
+    });
+    log.info('lark_installation_registered', { installationId: row.id, appId: row.app_id });
+    return c.json({ installation: publicView(row) }, 201);
+  })
+  .get('/:id', async (c) => {
+    const row = await getInstallationRow(c.var.db(), c.req.param('id'));
+    if (!row) throw new AppError('not_found', 'No such installation');
+    return c.json({ installation: publicView(row) });
+  })
+  .post('/:id/rotate', async (c) => {
+    const input = await body(c.req.raw, Rotate);
+    const row = await rotateInstallation(c.var.db(), c.var.config.SECRET_KEYS, c.req.param('id'), {
+      apiBase: input.api_base,
+      appSecret: input.app_secret,
+      verificationToken: input.verification_token,
+      encryptKey: input.encrypt_key,
+    });
+    if (!row) throw new AppError('not_found', 'No such installation');
+    log.info('lark_installation_rotated', {
+      installationId: row.id,
+      fields: Object.keys(input),
+      credentialVersion: row.credential_version,
+    });
+    return c.json({ installation: publicView(row) });
+  })
+  .delete('/:id', async (c) => {
+    const deleted = await deleteInstallation(c.var.db(), c.req.param('id'));
+    if (!deleted) throw new AppError('not_found', 'No such installation');
+    log.info('lark_installation_deleted', { installationId: c.req.param('id') });
+    return c.json({ deleted: true });
+  });

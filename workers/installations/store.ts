@@ -1,0 +1,148 @@
+import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { type KeyRing, seal, unseal } from '../crypto/sealed';
+
+type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
+
+/** A row as stored: secrets only in sealed form. */
+export interface InstallationRow {
+  id: string;
+  workspace_id: string;
+  app_id: string;
+  api_base: string;
+  app_secret_sealed: string;
+  verification_token_sealed: string;
+  encrypt_key_sealed: string | null;
+  credential_version: number;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** An installation with its secrets opened, for the webhook and the Open API client. */
+export interface Installation {
+  id: string;
+  workspaceId: string;
+  appId: string;
+  apiBase: string;
+  appSecret: string;
+  verificationToken: string;
+  encryptKey: string | null;
+  credentialVersion: number;
+}
+
+/** What an admin may see: no secret, sealed or not. */
+export function publicView(row: InstallationRow) {
+  return {
+    id: row.id,
+    workspace_id: row.workspace_id,
+    app_id: row.app_id,
+    api_base: row.api_base,
+    has_encrypt_key: row.encrypt_key_sealed !== null,
+    credential_version: row.credential_version,
+    webhook_path: `/lark/events/${row.id}`,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+export const boundTo = (id: string, field: 'app_secret' | 'verification_token' | 'encrypt_key') =>
+  `lark_installation:${id}:${field}`;
+
+export interface NewInstallation {
+  workspaceId: string;
+  appId: string;
+  apiBase: string;
+  appSecret: string;
+  verificationToken: string;
+  encryptKey?: string | null;
+}
+
+export async function insertInstallation(q: Q, keys: KeyRing, input: NewInstallation): Promise<InstallationRow> {
+  const id = `li_${crypto.randomUUID().replaceAll('-', '').slice(0, 20)}`;
+  const { rows } = await q.query<InstallationRow>(
+    `insert into lark_installations
+       (id, workspace_id, app_id, api_base, app_secret_sealed, verification_token_sealed, encrypt_key_sealed)
+     values ($1, $2, $3, $4, $5, $6, $7)
+     returning *`,
+    [
+      id,
+      input.workspaceId,
+      input.appId,
+      input.apiBase,
+      await seal(keys, input.appSecret, boundTo(id, 'app_secret')),
+      await seal(keys, input.verificationToken, boundTo(id, 'verification_token')),
+      input.encryptKey ? await seal(keys, input.encryptKey, boundTo(id, 'encrypt_key')) : null,
+    ],
+  );
+  return rows[0]!;
+}
+
+export interface Rotation {
+  apiBase?: string;
+  appSecret?: string;
+  verificationToken?: string;
+  /** A string sets the key, null removes it, undefined keeps it. */
+  encryptKey?: string | null;
+}
+
+/** Re-seals the given secrets (with the newest key version) and bumps credential_version. */
+export async function rotateInstallation(
+  q: Q,
+  keys: KeyRing,
+  id: string,
+  r: Rotation,
+): Promise<InstallationRow | undefined> {
+  const { rows } = await q.query<InstallationRow>(
+    `update lark_installations set
+       api_base = coalesce($2, api_base),
+       app_secret_sealed = coalesce($3, app_secret_sealed),
+       verification_token_sealed = coalesce($4, verification_token_sealed),
+       encrypt_key_sealed = case when $5::boolean then $6 else encrypt_key_sealed end,
+       credential_version = credential_version + 1,
+       updated_at = app_now()
+     where id = $1
+     returning *`,
+    [
+      id,
+      r.apiBase ?? null,
+      r.appSecret ? await seal(keys, r.appSecret, boundTo(id, 'app_secret')) : null,
+      r.verificationToken ? await seal(keys, r.verificationToken, boundTo(id, 'verification_token')) : null,
+      r.encryptKey !== undefined,
+      r.encryptKey ? await seal(keys, r.encryptKey, boundTo(id, 'encrypt_key')) : null,
+    ],
+  );
+  return rows[0];
+}
+
+export async function deleteInstallation(q: Q, id: string): Promise<boolean> {
+  const { rowCount } = await q.query('delete from lark_installations where id = $1', [id]);
+  return (rowCount ?? 0) > 0;
+}
+
+export async function getInstallationRow(q: Q, id: string): Promise<InstallationRow | undefined> {
+  const { rows } = await q.query<InstallationRow>('select * from lark_installations where id = $1', [id]);
+  return rows[0];
+}
+
+/** Loads and opens one installation; undefined when it does not exist. */
+export async function loadInstallation(q: Q, keys: KeyRing, id: string): Promise<Installation | undefined> {
+  const row = await getInstallationRow(q, id);
+  return row ? openInstallation(keys, row) : undefined;
+}
+
+export async function openInstallation(keys: KeyRing, row: InstallationRow): Promise<Installation> {
+  const [appSecret, verificationToken, encryptKey] = await Promise.all([
+    unseal(keys, row.app_secret_sealed, boundTo(row.id, 'app_secret')),
+    unseal(keys, row.verification_token_sealed, boundTo(row.id, 'verification_token')),
+    row.encrypt_key_sealed ? unseal(keys, row.encrypt_key_sealed, boundTo(row.id, 'encrypt_key')) : null,
+  ]);
+  return {
+    id: row.id,
+    workspaceId: row.workspace_id,
+    appId: row.app_id,
+    apiBase: row.api_base,
+    appSecret,
+    verificationToken,
+    encryptKey,
+    credentialVersion: row.credential_version,
+  };
+}
