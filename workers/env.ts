@@ -15,6 +15,8 @@ export interface Env {
   LARK_API_BASE?: string;
   LOG_LEVEL?: string;
   DB_STATEMENT_TIMEOUT_MS?: string;
+  EFFECT_STALE_AFTER_MS?: string;
+  EFFECT_CLAIM_SCAN_LIMIT?: string;
   ACTOR_JWT_SECRET?: string;
   ACTOR_JWKS_URL?: string;
   ACTOR_JWT_ISSUER?: string;
@@ -52,6 +54,9 @@ export const ConfigSchema = z.object({
   LARK_API_BASE: z.string().url().default('https://open.larksuite.com'),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
   DB_STATEMENT_TIMEOUT_MS: intFromString(100, 60_000).default(5000),
+  // Effect runtime (docs/effects.md): liveness floor and candidates per recovery pass.
+  EFFECT_STALE_AFTER_MS: intFromString(1000, 3_600_000).default(30_000),
+  EFFECT_CLAIM_SCAN_LIMIT: intFromString(1, 10_000).default(100),
   // Mobile reaction API (workers/reaction-tickets, workers/auth). Actor JWTs: HS256 secret or JWKS.
   ACTOR_JWT_SECRET: z.string().min(32, 'at least 32 characters').optional(),
   ACTOR_JWKS_URL: z.string().url().optional(),

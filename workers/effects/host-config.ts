@@ -3,10 +3,9 @@ import { type EffectRuntimeConfig, effectConfig } from './types';
 
 /** Runtime settings from the environment (EFFECT_* variables, all with defaults). */
 export function effectConfigFrom(config: Config): EffectRuntimeConfig {
-  const c = config as Config & Partial<Record<'EFFECT_STALE_AFTER_MS' | 'EFFECT_CLAIM_SCAN_LIMIT', number>>;
   return effectConfig({
-    ...(c.EFFECT_STALE_AFTER_MS ? { staleAfterMs: c.EFFECT_STALE_AFTER_MS } : {}),
-    ...(c.EFFECT_CLAIM_SCAN_LIMIT ? { claimScanLimit: c.EFFECT_CLAIM_SCAN_LIMIT } : {}),
+    staleAfterMs: config.EFFECT_STALE_AFTER_MS,
+    claimScanLimit: config.EFFECT_CLAIM_SCAN_LIMIT,
   });
 }
 
