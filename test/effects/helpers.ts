@@ -24,7 +24,11 @@ export async function emit(
   const stage = new EffectStage(instanceId);
   const handles = specs.map((s) => stage.emit(s.kind ?? 'noop', s.args ?? {}, s.opts));
   await withTx(pool, { budgetMs: 5000 }, (tx) =>
-    commitActor(tx, { instanceId, expectedRevision: inst!.revision, state: inst!.state, effects: stage.staged }, config),
+    commitActor(
+      tx,
+      { instanceId, expectedRevision: inst!.revision, state: inst!.state, effects: stage.staged },
+      config,
+    ),
   );
   return handles;
 }
@@ -36,7 +40,15 @@ export async function claimOf(pool: Pool, processId: string, instanceId: string)
 
 export async function effectRow(pool: Pool, id: string) {
   const { rows } = await pool.query('select * from effects where id = $1', [id]);
-  return rows[0] as { status: string; locked_by: string | null; attempts: number; result: unknown; last_error: string | null } | undefined;
+  return rows[0] as
+    | {
+        status: string;
+        locked_by: string | null;
+        attempts: number;
+        result: unknown;
+        last_error: string | null;
+      }
+    | undefined;
 }
 
 export async function bindingRow(pool: Pool, id: string) {
@@ -54,7 +66,10 @@ export async function messages(pool: Pool, instanceId: string) {
 
 /** Moves a process's heartbeat into the past (database time), as if it went silent. */
 export async function ageHeartbeat(pool: Pool, processId: string, ms: number) {
-  await pool.query('update effect_processes set heartbeat_at_ms = app_now_ms() - $2 where id = $1', [processId, ms]);
+  await pool.query('update effect_processes set heartbeat_at_ms = app_now_ms() - $2 where id = $1', [
+    processId,
+    ms,
+  ]);
 }
 
 /** Waits until `n` backends of this database are waiting on a lock (pg_locks), polling. */

@@ -1,7 +1,11 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { registerProcess } from '../../workers/effects/processes';
-import { processRecoveryChecks, requestEffectRecovery, runRecoveryPass } from '../../workers/effects/recovery';
+import {
+  processRecoveryChecks,
+  requestEffectRecovery,
+  runRecoveryPass,
+} from '../../workers/effects/recovery';
 import { completeEffects } from '../../workers/effects/scheduler';
 import { setDbClockOffset, testPool } from '../helpers/db';
 import {
@@ -116,7 +120,9 @@ describe('recovery races', () => {
     try {
       const report = await Promise.race([
         runRecoveryPass(pool, config),
-        new Promise<never>((_, reject) => setTimeout(() => reject(new Error('polling blocked on a lock')), 3000)),
+        new Promise<never>((_, reject) =>
+          setTimeout(() => reject(new Error('polling blocked on a lock')), 3000),
+        ),
       ]);
       expect(report.candidates).toBe(0);
     } finally {

@@ -53,14 +53,26 @@ it('hundreds of concurrent emit/claim/complete/fail/poll/check/prune operations:
         const r = rand();
         const opts =
           r < 0.5
-            ? { recovery: { operation: 'replace', ...(rand() < 0.3 ? { timeoutMs: 60_000 } : {}) }, maxAttempts: 3 }
+            ? {
+                recovery: { operation: 'replace', ...(rand() < 0.3 ? { timeoutMs: 60_000 } : {}) },
+                maxAttempts: 3,
+              }
             : r < 0.7
               ? { status: { operation: 'probe' }, maxAttempts: 3 }
               : { maxAttempts: 2 };
         handles.push(stage.emit('noop', { i }, opts));
       }
       await withTx(pool, { budgetMs: 5000 }, (tx) =>
-        commitActor(tx, { instanceId: inst, expectedRevision: row!.revision, state: { n: Number(row!.revision) + 1 }, effects: stage.staged }, cfg),
+        commitActor(
+          tx,
+          {
+            instanceId: inst,
+            expectedRevision: row!.revision,
+            state: { n: Number(row!.revision) + 1 },
+            effects: stage.staged,
+          },
+          cfg,
+        ),
       );
     },
     claim: () => claimEffects(pool, pick(procs), { limit: 3 }),
@@ -71,7 +83,11 @@ it('hundreds of concurrent emit/claim/complete/fail/poll/check/prune operations:
         [p],
       );
       // Sometimes complete with the wrong owner: a late write that must be rejected.
-      await completeEffects(pool, rand() < 0.2 ? pick(procs) : p, rows.map((r) => ({ id: r.id, result: { ok: true } })));
+      await completeEffects(
+        pool,
+        rand() < 0.2 ? pick(procs) : p,
+        rows.map((r) => ({ id: r.id, result: { ok: true } })),
+      );
     },
     fail: async () => {
       const p = pick(procs);
@@ -79,7 +95,11 @@ it('hundreds of concurrent emit/claim/complete/fail/poll/check/prune operations:
         "select id from effects where locked_by = $1 and status = 'processing' limit 2",
         [p],
       );
-      await failEffects(pool, p, rows.map((r) => ({ id: r.id, error: 'boom' })));
+      await failEffects(
+        pool,
+        p,
+        rows.map((r) => ({ id: r.id, error: 'boom' })),
+      );
     },
     poll: () => runRecoveryPass(pool, cfg),
     check: async () => {
@@ -104,8 +124,16 @@ it('hundreds of concurrent emit/claim/complete/fail/poll/check/prune operations:
     },
   };
   const weights: [string, number][] = [
-    ['emit', 5], ['claim', 5], ['complete', 4], ['fail', 2], ['poll', 3], ['check', 2],
-    ['stale', 2], ['heartbeat', 2], ['stop', 1], ['prune', 1],
+    ['emit', 5],
+    ['claim', 5],
+    ['complete', 4],
+    ['fail', 2],
+    ['poll', 3],
+    ['check', 2],
+    ['stale', 2],
+    ['heartbeat', 2],
+    ['stop', 1],
+    ['prune', 1],
   ];
   const total = weights.reduce((s, [, w]) => s + w, 0);
   const choose = () => {

@@ -29,7 +29,11 @@ describe('fenced actor commit', () => {
     const h = stage.emit('noop', {}, { recovery: { operation: 'retry' } });
     await expect(
       withTx(pool, { budgetMs: 5000 }, (tx) =>
-        commitActor(tx, { instanceId: inst, expectedRevision: before!.revision, state: { x: 1 }, effects: stage.staged }, config),
+        commitActor(
+          tx,
+          { instanceId: inst, expectedRevision: before!.revision, state: { x: 1 }, effects: stage.staged },
+          config,
+        ),
       ),
     ).rejects.toMatchObject({ code: 'revision_conflict' });
     expect(await effectRow(pool, h.effectId)).toBeUndefined();
@@ -63,7 +67,9 @@ describe('mailbox', () => {
     const inst = await newInstance(pool);
     expect((await enqueueMessage(pool, inst, 'in-1', { a: 1 })).inserted).toBe(true);
     expect((await enqueueMessage(pool, inst, 'in-1', { a: 2 })).inserted).toBe(false);
-    await expect(enqueueMessage(pool, inst, 'effect:x:recovery', {})).rejects.toMatchObject({ code: 'validation_failed' });
+    await expect(enqueueMessage(pool, inst, 'effect:x:recovery', {})).rejects.toMatchObject({
+      code: 'validation_failed',
+    });
     expect((await messages(pool, inst)).map((m) => m.payload)).toEqual([{ a: 1 }]);
   });
 });
@@ -94,8 +100,12 @@ describe('scheduler', () => {
     expect((await bindingRow(pool, h!.effectId))!.retired_at_ms).toBeNull(); // status-only: never retired
     expect((await claimOf(pool, p2, inst)).map((e) => e.id)).toEqual([h!.effectId]);
     // The stale owner's late completion is rejected; the new owner's is accepted.
-    expect((await completeEffects(pool, p1, [{ id: h!.effectId, result: 'late' }])).rejected).toEqual([h!.effectId]);
-    expect((await completeEffects(pool, p2, [{ id: h!.effectId, result: 'ok' }])).accepted).toEqual([h!.effectId]);
+    expect((await completeEffects(pool, p1, [{ id: h!.effectId, result: 'late' }])).rejected).toEqual([
+      h!.effectId,
+    ]);
+    expect((await completeEffects(pool, p2, [{ id: h!.effectId, result: 'ok' }])).accepted).toEqual([
+      h!.effectId,
+    ]);
     expect(await messages(pool, inst)).toEqual([]);
   });
 });
@@ -148,7 +158,9 @@ describe('recovery', () => {
     await stopProcess(pool, idle);
     await setDbClockOffset(pool, 2 * 86_400_000);
     await pruneProcesses(pool, 86_400_000);
-    const { rows } = await pool.query('select id from effect_processes where id = any($1::bigint[])', [[owner, idle]]);
+    const { rows } = await pool.query('select id from effect_processes where id = any($1::bigint[])', [
+      [owner, idle],
+    ]);
     expect(rows.map((r) => r.id)).toEqual([owner]);
   });
 
@@ -176,7 +188,9 @@ describe('recovery', () => {
     expect(keys).toContain(`effect:${retired!.effectId}:check:${r1!.requestId}`);
     await setDbClockOffset(pool, 8 * 86_400_000);
     await pruneRecoveryBindings(pool);
-    await expect(withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, retired!))).rejects.toMatchObject({
+    await expect(
+      withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, retired!)),
+    ).rejects.toMatchObject({
       code: 'gone',
     });
   });
@@ -184,7 +198,9 @@ describe('recovery', () => {
   it('deleting an instance cascades its bindings; effect pruning keeps them', async () => {
     const inst = await newInstance(pool);
     const [h] = await emit(pool, inst, [{ opts: { recovery: { operation: 'r' } } }]);
-    await pool.query("update effects set status = 'completed', finished_at_ms = 0 where id = $1", [h!.effectId]);
+    await pool.query("update effects set status = 'completed', finished_at_ms = 0 where id = $1", [
+      h!.effectId,
+    ]);
     await pruneEffects(pool, 1000);
     expect(await effectRow(pool, h!.effectId)).toBeUndefined();
     expect(await bindingRow(pool, h!.effectId)).toBeDefined();
