@@ -7,6 +7,9 @@ export const TEST_SECRET_KEYS = JSON.stringify({
   '2': 'ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=',
 });
 
+/** HS256 secret for actor JWTs in tests (mobile reaction API, test/reaction-tickets). */
+export const TEST_ACTOR_JWT_SECRET = 'test-actor-jwt-secret-0123456789abcdef0123';
+
 export default defineConfig({
   test: {
     globalSetup: ['./test/setup/global-setup.ts'],
@@ -27,6 +30,7 @@ export default defineConfig({
                 ADMIN_TOKEN: TEST_ADMIN_TOKEN,
                 SECRET_KEYS: TEST_SECRET_KEYS,
                 LOG_LEVEL: 'warn',
+                ACTOR_JWT_SECRET: TEST_ACTOR_JWT_SECRET,
               },
             },
           })),

@@ -5,6 +5,8 @@ import { webhook as larkWebhook } from './channel/webhook';
 import { health } from './health/routes';
 import { installations as larkInstallations } from './installations/routes';
 import { init, renderError } from './middleware';
+import { reactionAdmin } from './reaction-tickets/admin-routes';
+import { reactionApi } from './reaction-tickets/routes';
 
 /** The HTTP surface. Feature folders own their routes; this file only mounts them. */
 export function createApp() {
@@ -13,6 +15,8 @@ export function createApp() {
   app.route('/', health);
   app.route('/', larkWebhook);
   app.route('/admin/lark/installations', larkInstallations);
+  app.route('/', reactionApi);
+  app.route('/', reactionAdmin);
   app.notFound((c) =>
     renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
   );

@@ -58,7 +58,7 @@ export async function applyWithTicket(
   operationId: string,
   ticketId: string,
   intent: Intent,
-): Promise<WriteResult> {
+): Promise<WriteResult & { workspaceId: string }> {
   const ticket = await lockTicket(client, caller, operationId, ticketId);
   if (!sameIntent(ticket, intent))
     throw new AppError('intent_mismatch', 'The request does not match the intent bound to this ticket');
@@ -69,6 +69,7 @@ export async function applyWithTicket(
       receipt: toReceipt(prior),
       replayed: true,
       message: (await readReactions(client, ticket.message_id))!,
+      workspaceId: ticket.workspace_id,
     };
 
   await lockRetirement(client, caller.actorId, operationId);
@@ -109,6 +110,7 @@ export async function applyWithTicket(
     receipt: toReceipt(row),
     replayed: false,
     message: (await readReactions(client, ticket.message_id))!,
+    workspaceId: ticket.workspace_id,
   };
 }
 
@@ -132,12 +134,13 @@ export async function retireWithTicket(
   caller: Caller,
   operationId: string,
   ticketId: string,
-): Promise<RetireResult> {
+): Promise<RetireResult & { workspaceId: string }> {
   const ticket = await lockTicket(client, caller, operationId, ticketId);
   const prior = await findReceipt(client, caller.actorId, operationId);
   if (await expiredAt(client, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
   const message = await readReactions(client, ticket.message_id);
-  if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message };
+  const workspaceId = ticket.workspace_id;
+  if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message, workspaceId };
 
   await lockRetirement(client, caller.actorId, operationId);
   if (await expiredAt(client, ticket)) await throwExpired(client, ticket, null);
@@ -150,5 +153,11 @@ export async function retireWithTicket(
     ticketId: ticket.id,
     ticketExpiresAt: ticket.expires_at,
   });
-  return { status: 'retired', operationId, retiredAt: new Date(fence.created_at).toISOString(), message };
+  return {
+    status: 'retired',
+    operationId,
+    retiredAt: new Date(fence.created_at).toISOString(),
+    message,
+    workspaceId,
+  };
 }

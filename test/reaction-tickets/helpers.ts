@@ -1,0 +1,154 @@
+import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
+import { env, exports } from 'cloudflare:workers';
+import type { Pool } from '@neondatabase/serverless';
+import { signActorToken } from '../../workers/auth/sign';
+import worker from '../../workers/index';
+import { uid } from '../helpers/db';
+
+/** Seeding, requests and database snapshots for the reaction API tests. */
+export interface Reply {
+  status: number;
+  // biome-ignore lint/suspicious/noExplicitAny: test convenience over JSON bodies
+  body: any;
+  headers: Headers;
+}
+
+async function toReply(res: Response): Promise<Reply> {
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null, headers: res.headers };
+}
+
+export async function call(
+  method: string,
+  path: string,
+  opts: {
+    token?: string;
+    body?: unknown;
+    rawBody?: string;
+    admin?: boolean;
+    env?: Record<string, unknown>;
+  } = {},
+): Promise<Reply> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (opts.admin) headers.authorization = `Bearer ${env.ADMIN_TOKEN}`;
+  else if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+  const init: RequestInit = { method, headers };
+  if (opts.rawBody !== undefined) init.body = opts.rawBody;
+  else if (opts.body !== undefined) init.body = JSON.stringify(opts.body);
+  if (!opts.env) return toReply(await exports.default.fetch(`http://test${path}`, init));
+  // A request with overridden bindings (for example tighter quotas), as production would run it.
+  const ctx = createExecutionContext();
+  const res = await worker.fetch(new Request(`http://test${path}`, init), { ...env, ...opts.env }, ctx);
+  const reply = await toReply(res);
+  await waitOnExecutionContext(ctx);
+  return reply;
+}
+
+export function tokenFor(
+  actorId: string,
+  opts: { issuedAt?: number; ttlSeconds?: number } = {},
+): Promise<string> {
+  return signActorToken(env.ACTOR_JWT_SECRET as string, actorId, opts);
+}
+
+export interface World {
+  workspaceId: string;
+  conversationId: string;
+  actors: string[];
+  outsider: string;
+  messages: string[];
+  tokens: string[];
+  outsiderToken: string;
+}
+
+async function admin(method: string, path: string, body: unknown): Promise<void> {
+  const res = await call(method, path, { admin: true, body });
+  if (res.status !== 200) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(res.body)}`);
+}
+
+/** A fresh workspace, conversation with `members` actors, an outsider and `messageCount` messages. */
+export async function seedWorld(members = 2, messageCount = 1): Promise<World> {
+  const workspaceId = uid('ws');
+  const conversationId = uid('conv');
+  await admin('PUT', `/admin/workspaces/${workspaceId}`, { name: 'test' });
+  const actors = Array.from({ length: members }, () => uid('actor'));
+  const outsider = uid('outsider');
+  for (const id of [...actors, outsider]) await admin('PUT', `/admin/actors/${id}`, { workspaceId });
+  await admin('PUT', `/admin/conversations/${conversationId}`, { workspaceId, title: 'test' });
+  await admin('POST', `/admin/conversations/${conversationId}/members`, { add: actors });
+  const messages = Array.from({ length: messageCount }, () => uid('msg'));
+  for (const id of messages) await admin('PUT', `/admin/messages/${id}`, { conversationId, body: 'hello' });
+  return {
+    workspaceId,
+    conversationId,
+    actors,
+    outsider,
+    messages,
+    tokens: await Promise.all(actors.map((a) => tokenFor(a))),
+    outsiderToken: await tokenFor(outsider),
+  };
+}
+
+export function opId(): string {
+  return crypto.randomUUID();
+}
+
+export interface IntentInput {
+  messageId: string;
+  emoji: string;
+  desired: 'present' | 'absent';
+}
+
+export async function issue(token: string, operationId: string, intent: IntentInput): Promise<Reply> {
+  return call('POST', '/v1/reaction-tickets', { token, body: { operationId, ...intent } });
+}
+
+export async function ticketFor(token: string, operationId: string, intent: IntentInput): Promise<string> {
+  const res = await issue(token, operationId, intent);
+  if (res.status !== 201) throw new Error(`ticket: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body.ticket;
+}
+
+export function put(token: string, operationId: string, ticket: string | undefined, intent: IntentInput) {
+  return call('PUT', `/v1/reaction-operations/${operationId}`, { token, body: { ...intent, ticket } });
+}
+
+export function retire(token: string, operationId: string, ticket?: string) {
+  return call('POST', `/v1/reaction-operations/${operationId}/retire`, {
+    token,
+    body: ticket ? { ticket } : {},
+  });
+}
+
+export function reactions(token: string, messageId: string) {
+  return call('GET', `/v1/messages/${messageId}/reactions`, { token });
+}
+
+/** Everything a write could have touched for one message and actor: proves "nothing mutated". */
+export async function snapshot(pool: Pool, messageId: string, actorId: string) {
+  const { rows } = await pool.query(
+    `select (select reaction_version from private.messages where id = $1) as version,
+            (select coalesce(json_agg(json_build_object('a', actor_id, 'e', emoji) order by actor_id, emoji), '[]')
+               from private.message_reactions where message_id = $1) as reactions,
+            (select count(*)::int from private.chat_reaction_operations where actor_id = $2) as receipts,
+            (select count(*)::int from private.chat_retired_reaction_operations where actor_id = $2) as fences`,
+    [messageId, actorId],
+  );
+  return rows[0];
+}
+
+/** Finds the backend waiting on a lock `holderPid` holds (the request under test). */
+export async function blockedBy(pool: Pool, holderPid: number, timeoutMs = 10_000): Promise<number> {
+  const started = Date.now();
+  for (;;) {
+    const { rows } = await pool.query<{ pid: number }>(
+      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid)) limit 1',
+      [holderPid],
+    );
+    if (rows[0]) return rows[0].pid;
+    if (Date.now() - started > timeoutMs) throw new Error(`nothing blocked behind ${holderPid}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+export const DAY_MS = 86_400_000;

@@ -1,0 +1,150 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { testPool } from '../helpers/db';
+import { call, DAY_MS, issue, opId, seedWorld, snapshot, tokenFor } from './helpers';
+
+const pool = testPool();
+afterAll(() => pool.end());
+
+describe('POST /v1/reaction-tickets', () => {
+  it('binds the ticket to actor, operation, normalized intent and a seven-day server expiry', async () => {
+    const w = await seedWorld();
+    const op = opId();
+    const res = await issue(w.tokens[0]!, op, {
+      messageId: w.messages[0]!,
+      emoji: '👍\uFE0F',
+      desired: 'present',
+    });
+    expect(res.status).toBe(201);
+    expect(res.body.ticket).toMatch(/^rt1\./);
+    expect(res.body.intent).toEqual({ messageId: w.messages[0], emoji: '👍', desired: 'present' });
+    expect(Date.parse(res.body.expiresAt) - Date.parse(res.body.issuedAt)).toBe(7 * DAY_MS);
+    const { rows } = await pool.query(
+      'select actor_id, operation_id, emoji from private.reaction_tickets where operation_id = $1',
+      [op],
+    );
+    expect(rows).toEqual([{ actor_id: w.actors[0], operation_id: op, emoji: '👍' }]);
+  });
+
+  it('a retried issuance returns the same ticket; another intent for the same ID is 409', async () => {
+    const w = await seedWorld();
+    const op = opId();
+    const intent = { messageId: w.messages[0]!, emoji: '🎉', desired: 'present' as const };
+    const first = await issue(w.tokens[0]!, op, intent);
+    const again = await issue(w.tokens[0]!, op, intent);
+    expect(again.status).toBe(200);
+    expect(again.body.ticket).toBe(first.body.ticket);
+    expect(again.body.replayed).toBe(true);
+    const other = await issue(w.tokens[0]!, op, { ...intent, desired: 'absent' });
+    expect(other.status).toBe(409);
+    expect(other.body.error.code).toBe('intent_mismatch');
+  });
+
+  it('missing or invalid bearer tokens are 401; a non-member is 404 like a missing message', async () => {
+    const w = await seedWorld();
+    const intent = { messageId: w.messages[0]!, emoji: '👍', desired: 'present' as const };
+    const none = await call('POST', '/v1/reaction-tickets', { body: { operationId: opId(), ...intent } });
+    expect(none.status).toBe(401);
+    expect(none.body.error.code).toBe('unauthorized');
+    const forged = await issue(`${w.tokens[0]!.slice(0, -4)}AAAA`, opId(), intent);
+    expect(forged.status).toBe(401);
+    const expired = await issue(
+      await tokenFor(w.actors[0]!, { issuedAt: 1_700_000_000, ttlSeconds: 60 }),
+      opId(),
+      intent,
+    );
+    expect(expired.status).toBe(401);
+    const unknownActor = await issue(await tokenFor('nobody_at_all'), opId(), intent);
+    expect(unknownActor.status).toBe(401);
+    const outsider = await issue(w.outsiderToken, opId(), intent);
+    const missing = await issue(w.tokens[0]!, opId(), { ...intent, messageId: 'no_such_message' });
+    expect(outsider.status).toBe(404);
+    expect(missing.status).toBe(404);
+    expect(outsider.body.error.code).toBe(missing.body.error.code);
+  });
+
+  it('malformed bodies are 4xx and write nothing', async () => {
+    const w = await seedWorld();
+    const before = await snapshot(pool, w.messages[0]!, w.actors[0]!);
+    const m = w.messages[0]!;
+    const bad = [
+      { rawBody: '{not json' },
+      { body: { operationId: 'short', messageId: m, emoji: '👍', desired: 'present' } },
+      { body: { operationId: opId(), messageId: m, emoji: '', desired: 'present' } },
+      { body: { operationId: opId(), messageId: m, emoji: 'a b', desired: 'present' } },
+      { body: { operationId: opId(), messageId: m, emoji: '👍', desired: 'maybe' } },
+      { body: { operationId: opId(), messageId: m, emoji: '👍', desired: 'present', extra: 1 } },
+      { body: { operationId: opId(), messageId: m, emoji: 'x'.repeat(5000), desired: 'present' } },
+    ];
+    for (const b of bad) {
+      const res = await call('POST', '/v1/reaction-tickets', { token: w.tokens[0]!, ...b });
+      expect(res.status, JSON.stringify(res.body)).toBeGreaterThanOrEqual(400);
+      expect(res.status).toBeLessThan(500);
+      expect(res.body.error.requestId).toBeTruthy();
+    }
+    const { rows } = await pool.query(
+      'select count(*)::int as n from private.reaction_tickets where actor_id = $1',
+      [w.actors[0]],
+    );
+    expect(rows[0].n).toBe(0);
+    expect(await snapshot(pool, w.messages[0]!, w.actors[0]!)).toEqual(before);
+  });
+});
+
+describe('issuance bounds (WorkspaceQuota)', () => {
+  it('over the outstanding bound is 429 quota_exceeded with Retry-After; applying frees a slot', async () => {
+    const w = await seedWorld();
+    const tight = { REACTION_TICKET_MAX_OUTSTANDING: '2', REACTION_TICKET_RATE_PER_MINUTE: '100' };
+    const ask = (op: string, emoji: string) =>
+      call('POST', '/v1/reaction-tickets', {
+        token: w.tokens[0]!,
+        env: tight,
+        body: { operationId: op, messageId: w.messages[0]!, emoji, desired: 'present' },
+      });
+    const a = opId();
+    const first = await ask(a, '1️⃣');
+    expect(first.status).toBe(201);
+    expect((await ask(opId(), '2️⃣')).status).toBe(201);
+    const over = await ask(opId(), '3️⃣');
+    expect(over.status).toBe(429);
+    expect(over.body.error.code).toBe('quota_exceeded');
+    expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    // Applying one operation frees its slot (the DO lease is released or reconciled).
+    const applied = await call('PUT', `/v1/reaction-operations/${a}`, {
+      token: w.tokens[0]!,
+      env: tight,
+      body: { ticket: first.body.ticket, messageId: w.messages[0]!, emoji: '1️⃣', desired: 'present' },
+    });
+    expect(applied.status).toBe(200);
+    expect((await ask(opId(), '4️⃣')).status).toBe(201);
+    // Another actor of the workspace has its own bound.
+    const other = await call('POST', '/v1/reaction-tickets', {
+      token: w.tokens[1]!,
+      env: tight,
+      body: { operationId: opId(), messageId: w.messages[0]!, emoji: '5️⃣', desired: 'present' },
+    });
+    expect(other.status).toBe(201);
+  });
+
+  it('over the issuance rate is 429 rate_limited with Retry-After, and nothing is issued', async () => {
+    const w = await seedWorld();
+    const tight = { REACTION_TICKET_MAX_OUTSTANDING: '100', REACTION_TICKET_RATE_PER_MINUTE: '3' };
+    const statuses: number[] = [];
+    let last: Awaited<ReturnType<typeof call>> | undefined;
+    for (let i = 0; i < 4; i++) {
+      last = await call('POST', '/v1/reaction-tickets', {
+        token: w.tokens[0]!,
+        env: tight,
+        body: { operationId: opId(), messageId: w.messages[0]!, emoji: `e${i}`, desired: 'present' },
+      });
+      statuses.push(last.status);
+    }
+    expect(statuses).toEqual([201, 201, 201, 429]);
+    expect(last!.body.error.code).toBe('rate_limited');
+    expect(Number(last!.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    const { rows } = await pool.query(
+      'select count(*)::int as n from private.reaction_tickets where actor_id = $1',
+      [w.actors[0]],
+    );
+    expect(rows[0].n).toBe(3);
+  });
+});

@@ -1,0 +1,91 @@
+import { Hono } from 'hono';
+import { z } from 'zod';
+import type { AppEnv } from '../context';
+import { AppError } from '../errors';
+import { requireAdmin } from '../middleware';
+import { closeLegacyContract, getLegacyContractStatus } from './contract';
+import {
+  setMembers,
+  signOutActor,
+  upsertActor,
+  upsertConversation,
+  upsertMessage,
+  upsertWorkspace,
+} from './directory';
+import { runReactionTx } from './run';
+
+/**
+ * /admin routes the chat platform uses to upsert its directory (workspaces, actors,
+ * conversations, members, messages), end an actor's sessions, and close the legacy
+ * write contract. Each route carries requireAdmin() itself, so nothing leaks onto other
+ * features' /admin paths.
+ */
+const Id = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
+const Ids = z.array(Id).max(500);
+
+async function body<T extends z.ZodType>(
+  c: { req: { json(): Promise<unknown> } },
+  schema: T,
+): Promise<z.infer<T>> {
+  let raw: unknown;
+  try {
+    raw = await c.req.json();
+  } catch {
+    throw new AppError('bad_request', 'Body must be JSON');
+  }
+  return schema.parse(raw);
+}
+
+function id(raw: string): string {
+  const parsed = Id.safeParse(raw);
+  if (!parsed.success) throw new AppError('validation_failed', 'Malformed ID');
+  return parsed.data;
+}
+
+export const reactionAdmin = new Hono<AppEnv>()
+  .put('/admin/workspaces/:id', requireAdmin(), async (c) => {
+    const b = await body(c, z.object({ name: z.string().max(200).optional() }).strict());
+    await upsertWorkspace(c.var.db(), { id: id(c.req.param('id')), name: b.name });
+    return c.json({ ok: true });
+  })
+  .put('/admin/actors/:id', requireAdmin(), async (c) => {
+    const b = await body(
+      c,
+      z.object({ workspaceId: Id, displayName: z.string().max(200).optional() }).strict(),
+    );
+    await upsertActor(c.var.db(), { id: id(c.req.param('id')), ...b });
+    return c.json({ ok: true });
+  })
+  .post('/admin/actors/:id/sign-out', requireAdmin(), async (c) => {
+    const at = await signOutActor(c.var.db(), id(c.req.param('id')));
+    if (!at) throw new AppError('not_found', 'Actor not found');
+    return c.json({ signedOutAt: new Date(at).toISOString() });
+  })
+  .put('/admin/conversations/:id', requireAdmin(), async (c) => {
+    const b = await body(c, z.object({ workspaceId: Id, title: z.string().max(500).optional() }).strict());
+    await upsertConversation(c.var.db(), { id: id(c.req.param('id')), ...b });
+    return c.json({ ok: true });
+  })
+  .post('/admin/conversations/:id/members', requireAdmin(), async (c) => {
+    const b = await body(c, z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict());
+    return c.json(await setMembers(c.var.db(), id(c.req.param('id')), b.add, b.remove));
+  })
+  .put('/admin/messages/:id', requireAdmin(), async (c) => {
+    const b = await body(
+      c,
+      z
+        .object({ conversationId: Id, authorActorId: Id.optional(), body: z.string().max(20_000).optional() })
+        .strict(),
+    );
+    await upsertMessage(c.var.db(), { id: id(c.req.param('id')), ...b });
+    return c.json({ ok: true });
+  })
+  .get('/admin/reaction-contract', requireAdmin(), async (c) =>
+    c.json(await getLegacyContractStatus(c.var.db())),
+  )
+  .post('/admin/reaction-contract/legacy/close', requireAdmin(), async (c) => {
+    const status = await runReactionTx(c.var.db(), c.var.config, (client) =>
+      closeLegacyContract(client, `admin:${c.var.requestId}`),
+    );
+    return c.json(status);
+  });

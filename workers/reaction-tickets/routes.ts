@@ -1,0 +1,232 @@
+import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { bodyLimit } from 'hono/body-limit';
+import { type ActorEnv, requireActor } from '../auth/actor-jwt';
+import { AppError } from '../errors';
+import { admitToMessage } from './directory';
+import { applyLegacy, retireLegacy } from './legacy';
+import { lockMessage } from './locks';
+import { applyWithTicket, retireWithTicket } from './operations';
+import { releaseIssuance, reserveIssuance } from './quota';
+import { readReactions, toggleReaction } from './reactions';
+import { runReactionTx } from './run';
+import * as S from './schemas';
+import { signTicket, ticketKeyVersion, verifyTicket } from './ticket-token';
+import { issueTicket } from './tickets';
+
+/**
+ * The /v1 mobile reaction API. Every route authenticates the actor (JWT) and re-checks
+ * conversation admission inside its own transaction; every body is validated by the zod
+ * schemas that also produce /v1/openapi.json. Failures use the one error shape.
+ */
+export const reactionApi = new OpenAPIHono<ActorEnv>({
+  defaultHook: (result) => {
+    if (!result.success)
+      throw new AppError('validation_failed', 'Request validation failed', result.error.issues);
+  },
+});
+
+const MAX_BODY_BYTES = 4096;
+reactionApi.openAPIRegistry.registerComponent('securitySchemes', 'actorBearer', {
+  type: 'http',
+  scheme: 'bearer',
+  bearerFormat: 'JWT',
+});
+for (const path of ['/v1/reaction-tickets', '/v1/reaction-operations/*', '/v1/messages/*']) {
+  reactionApi.use(path, requireActor());
+  reactionApi.use(
+    path,
+    bodyLimit({
+      maxSize: MAX_BODY_BYTES,
+      onError: () => {
+        throw new AppError('payload_too_large', `Body over ${MAX_BODY_BYTES} bytes`);
+      },
+    }),
+  );
+}
+
+const security = [{ actorBearer: [] }];
+const json = <T>(schema: T, description: string) => ({
+  description,
+  content: { 'application/json': { schema } },
+});
+
+/** Resolves the bearer ticket to its ID; a forged or malformed ticket never reaches SQL. */
+async function ticketIdOf(keys: Record<string, string>, token: string): Promise<string> {
+  const id = await verifyTicket(keys, token);
+  if (!id) throw new AppError('ticket_invalid', 'The ticket is not valid for this actor and operation');
+  return id;
+}
+
+reactionApi.openapi(
+  createRoute({
+    method: 'post',
+    path: '/v1/reaction-tickets',
+    summary: 'Issue an operation ticket bound to the actor, operation ID, intent and an absolute expiry',
+    security,
+    request: { body: { required: true, content: { 'application/json': { schema: S.TicketRequest } } } },
+    responses: {
+      200: json(S.Ticket, 'The same ticket again (a retried issuance)'),
+      201: json(S.Ticket, 'A new ticket'),
+      ...S.errors(400, 401, 404, 409, 410, 413, 429, 503),
+    },
+  }),
+  async (c) => {
+    const body = c.req.valid('json');
+    const { actorId, issuedAt } = c.var.actor;
+    const config = c.var.config;
+    const pool = c.var.db();
+    const intent = { messageId: body.messageId, emoji: body.emoji, desired: body.desired };
+    const admission = await admitToMessage(pool, actorId, issuedAt, body.messageId);
+    await reserveIssuance(c.env, config, pool, admission.workspaceId, actorId, body.operationId);
+    const keyVersion = ticketKeyVersion(config.SECRET_KEYS);
+    const { ticket, replayed } = await runReactionTx(pool, config, (client) =>
+      issueTicket(client, {
+        actorId,
+        operationId: body.operationId,
+        intent,
+        admission,
+        ttlSeconds: config.REACTION_TICKET_TTL_SECONDS,
+        keyVersion,
+      }),
+    ).catch(async (err) => {
+      await releaseIssuance(c.env, admission.workspaceId, actorId, body.operationId);
+      throw err;
+    });
+    const out = {
+      ticket: await signTicket(config.SECRET_KEYS, ticket.key_version, ticket.id),
+      operationId: ticket.operation_id,
+      intent: { messageId: ticket.message_id, emoji: ticket.emoji, desired: ticket.desired },
+      issuedAt: new Date(ticket.created_at).toISOString(),
+      expiresAt: new Date(ticket.expires_at).toISOString(),
+      replayed,
+    };
+    return replayed ? c.json(out, 200) : c.json(out, 201);
+  },
+);
+
+reactionApi.openapi(
+  createRoute({
+    method: 'put',
+    path: '/v1/reaction-operations/{operationId}',
+    summary: 'Apply the desired state of a ticketed operation (replays return the same receipt)',
+    security,
+    request: {
+      params: S.OperationParams,
+      body: { required: true, content: { 'application/json': { schema: S.WriteRequest } } },
+    },
+    responses: {
+      200: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
+      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 503),
+    },
+  }),
+  async (c) => {
+    const { operationId } = c.req.valid('param');
+    const body = c.req.valid('json');
+    const caller = c.var.actor;
+    const config = c.var.config;
+    const intent = { messageId: body.messageId, emoji: body.emoji, desired: body.desired };
+    if (body.ticket === undefined) {
+      const result = await runReactionTx(c.var.db(), config, (client) =>
+        applyLegacy(client, caller, operationId, intent),
+      );
+      return c.json(result, 200);
+    }
+    const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
+    const { workspaceId, ...result } = await runReactionTx(c.var.db(), config, (client) =>
+      applyWithTicket(client, caller, operationId, ticketId, intent),
+    );
+    c.executionCtx.waitUntil(releaseIssuance(c.env, workspaceId, caller.actorId, operationId));
+    return c.json(result, 200);
+  },
+);
+
+reactionApi.openapi(
+  createRoute({
+    method: 'post',
+    path: '/v1/reaction-operations/{operationId}/retire',
+    summary: 'Retire an unapplied operation: a fence so a delayed write of it can never apply',
+    security,
+    request: {
+      params: S.OperationParams,
+      body: { required: true, content: { 'application/json': { schema: S.RetireRequest } } },
+    },
+    responses: {
+      200: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
+      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 503),
+    },
+  }),
+  async (c) => {
+    const { operationId } = c.req.valid('param');
+    const body = c.req.valid('json');
+    const caller = c.var.actor;
+    const config = c.var.config;
+    if (body.ticket === undefined) {
+      const result = await runReactionTx(c.var.db(), config, (client) =>
+        retireLegacy(client, caller, operationId),
+      );
+      return c.json(result, 200);
+    }
+    const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
+    const { workspaceId, ...result } = await runReactionTx(c.var.db(), config, (client) =>
+      retireWithTicket(client, caller, operationId, ticketId),
+    );
+    c.executionCtx.waitUntil(releaseIssuance(c.env, workspaceId, caller.actorId, operationId));
+    return c.json(result, 200);
+  },
+);
+
+reactionApi.openapi(
+  createRoute({
+    method: 'get',
+    path: '/v1/messages/{messageId}/reactions',
+    summary: 'The exact current reactions of a message',
+    security,
+    request: { params: S.MessageParams },
+    responses: { 200: json(S.MessageReactions, 'Current reactions'), ...S.errors(400, 401, 404, 503) },
+  }),
+  async (c) => {
+    const { messageId } = c.req.valid('param');
+    const pool = c.var.db();
+    await admitToMessage(pool, c.var.actor.actorId, c.var.actor.issuedAt, messageId);
+    const current = await readReactions(pool, messageId);
+    if (!current) throw new AppError('not_found', 'Message not found');
+    return c.json(current, 200);
+  },
+);
+
+reactionApi.openapi(
+  createRoute({
+    method: 'post',
+    path: '/v1/messages/{messageId}/reactions/toggle',
+    summary: 'Web compatibility toggle: flips one reaction; no ticket, no receipt',
+    security,
+    request: {
+      params: S.MessageParams,
+      body: { required: true, content: { 'application/json': { schema: S.ToggleRequest } } },
+    },
+    responses: { 200: json(S.ToggleResult, 'Toggled'), ...S.errors(400, 401, 404, 413, 503) },
+  }),
+  async (c) => {
+    const { messageId } = c.req.valid('param');
+    const { emoji } = c.req.valid('json');
+    const { actorId, issuedAt } = c.var.actor;
+    const result = await runReactionTx(c.var.db(), c.var.config, async (client) => {
+      await admitToMessage(client, actorId, issuedAt, messageId);
+      const locked = await lockMessage(client, messageId);
+      if (!locked) throw new AppError('not_found', 'Message not found');
+      const { outcome } = await toggleReaction(client, messageId, actorId, emoji, locked.version);
+      return { outcome, message: (await readReactions(client, messageId))! };
+    });
+    return c.json(result, 200);
+  },
+);
+
+reactionApi.doc31('/v1/openapi.json', {
+  openapi: '3.1.0',
+  info: {
+    title: 'reaction-ledger mobile reaction API',
+    version: '1.0.0',
+    description:
+      'Operation tickets, receipts and retirement fences. Errors: {error:{code,message,requestId,details?}}.',
+  },
+});
