@@ -1,0 +1,121 @@
+import {
+  createExecutionContext,
+  createScheduledController,
+  runDurableObjectAlarm,
+  waitOnExecutionContext,
+} from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { actorHostStub } from '../../durable-objects/actor-host';
+import { withTx } from '../../workers/db/tx';
+import { enqueueMessage, ensureInstance, loadInstance } from '../../workers/effects/mailbox';
+import { registerProcess } from '../../workers/effects/processes';
+import { effectRegistry } from '../../workers/effects/registry';
+import { claimEffects } from '../../workers/effects/scheduler';
+import worker from '../../workers/index';
+import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
+import { ageHeartbeat, emit } from './helpers';
+
+interface DebounceState {
+  inputs: string[];
+  turns: number;
+  replies: number;
+  recovered: number;
+}
+
+// A conversation-shaped actor: debounce inputs, then one turn emits a `reply` effect.
+effectRegistry
+  .registerActor<DebounceState>({
+    type: 'debounce-test',
+    initialState: () => ({ inputs: [], turns: 0, replies: 0, recovered: 0 }),
+    handle(event, s, ctx) {
+      const state: DebounceState = {
+        inputs: [],
+        turns: 0,
+        replies: 0,
+        recovered: 0,
+        ...(s as Partial<DebounceState>),
+      };
+      if (event.type === 'timer') {
+        ctx.emit(
+          'test.reply',
+          { inputs: state.inputs },
+          { recovery: { operation: 'settle-failed' }, notifyOnComplete: true },
+        );
+        return { ...state, inputs: [], turns: state.turns + 1 };
+      }
+      if (event.key.endsWith(':completed')) return { ...state, replies: state.replies + 1 };
+      if (event.key.endsWith(':recovery')) return { ...state, recovered: state.recovered + 1 };
+      ctx.setTimer(ctx.nowMs + 1000);
+      return { ...state, inputs: [...state.inputs, event.key] };
+    },
+  })
+  .registerEffect({ kind: 'test.reply', run: async (e) => ({ echoed: e.args }) });
+
+const pool = testPool();
+afterEach(() => setDbClockOffset(pool, 0));
+afterAll(() => pool.end());
+const stateOf = async (id: string) => (await loadInstance(pool, id))!.state as DebounceState;
+
+describe('ActorHost', () => {
+  it('drains inputs committed in the application transaction, debounces them into one turn, runs and completes its effect', async () => {
+    const inst = await ensureInstance(pool, 'debounce-test', uid('c'));
+    await withTx(pool, { budgetMs: 5000 }, async (tx) => {
+      await enqueueMessage(tx, inst, 'in:1', 'hello');
+      await enqueueMessage(tx, inst, 'in:2', 'again');
+    });
+    const host = actorHostStub(env, inst);
+    const first = await host.wake(inst);
+    expect(first).toMatchObject({ handled: 2, claimed: 0 });
+    expect(first.alarmAt).not.toBeNull(); // the debounce timer
+    expect(await stateOf(inst)).toMatchObject({ inputs: ['in:1', 'in:2'], turns: 0 });
+
+    await advanceDbClock(pool, 1500); // the timer is due by database time
+    expect(await runDurableObjectAlarm(host)).toBe(true);
+    expect(await stateOf(inst)).toMatchObject({ inputs: [], turns: 1, replies: 1 });
+    const { rows } = await pool.query(
+      "select status, result from effects where origin_instance_id = $1 and kind = 'test.reply'",
+      [inst],
+    );
+    expect(rows).toEqual([{ status: 'completed', result: { echoed: { inputs: ['in:1', 'in:2'] } } }]);
+  });
+
+  it('the minute cron retires a dead process effect and wakes the host, which delivers the recovery message', async () => {
+    const inst = await ensureInstance(pool, 'debounce-test', uid('c'));
+    // A reply staged by a fenced commit, claimed by a process that then dies.
+    const [h] = await emit(pool, inst, [
+      { kind: 'test.reply', opts: { recovery: { operation: 'settle-failed' } } },
+    ]);
+    const dead = await registerProcess(pool, 'elsewhere');
+    expect((await claimEffects(pool, dead, { limit: 10, instanceId: inst })).map((e) => e.id)).toEqual([
+      h!.effectId,
+    ]);
+    await ageHeartbeat(pool, dead, 31_000);
+    const ctx = createExecutionContext();
+    await worker.scheduled(
+      createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }),
+      env,
+      ctx,
+    );
+    await waitOnExecutionContext(ctx);
+    expect((await stateOf(inst)).recovered).toBe(1);
+    const { rows } = await pool.query<{ state: string }>(
+      'select state from actor_mailbox where instance_id = $1 and message_key = $2',
+      [inst, `effect:${h!.effectId}:recovery`],
+    );
+    expect(rows).toEqual([{ state: 'delivered' }]);
+  });
+
+  it('mailbox polling on the minute cron delivers a message whose wake-up was lost', async () => {
+    const inst = await ensureInstance(pool, 'debounce-test', uid('c'));
+    await enqueueMessage(pool, inst, 'in:lost', 'nobody woke the host');
+    const ctx = createExecutionContext();
+    await worker.scheduled(
+      createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }),
+      env,
+      ctx,
+    );
+    await waitOnExecutionContext(ctx);
+    expect((await stateOf(inst)).inputs).toEqual(['in:lost']);
+  });
+});
