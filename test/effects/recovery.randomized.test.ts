@@ -138,7 +138,10 @@ it('hundreds of concurrent emit/claim/complete/fail/poll/check/prune operations:
   const total = weights.reduce((s, [, w]) => s + w, 0);
   const choose = () => {
     let r = rand() * total;
-    for (const [name, w] of weights) if ((r -= w) < 0) return name;
+    for (const [name, w] of weights) {
+      r -= w;
+      if (r < 0) return name;
+    }
     return 'emit';
   };
   let remaining = OPS;
