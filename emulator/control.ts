@@ -21,6 +21,9 @@ export interface ControlDeps {
   rateLimits: { enabled: boolean };
 }
 
+// biome-ignore lint/suspicious/noExplicitAny: control bodies are loose JSON from tests and the demo
+type Body = any;
+
 const json = (body: unknown, status = 200): ApiAnswer => ({ status, body });
 const bad = (message: string, status = 400): ApiAnswer => json({ error: message }, status);
 
@@ -29,7 +32,7 @@ export async function control(
   method: string,
   parts: string[],
   query: URLSearchParams,
-  body: any,
+  body: Body,
 ) {
   const { state, faults } = deps;
   const [head, arg, sub] = parts;
@@ -77,7 +80,7 @@ function messages(
   method: string,
   messageId: string | undefined,
   sub: string | undefined,
-  body: any,
+  body: Body,
 ) {
   if (!messageId && method === 'POST') {
     const sender = body?.sender_app_id
@@ -110,7 +113,7 @@ function messages(
   return bad('unknown message route', 404);
 }
 
-function pick(body: any): Partial<MessageRecord> & { text?: string } {
+function pick(body: Body): Partial<MessageRecord> & { text?: string } {
   const out: Partial<MessageRecord> & { text?: string } = {};
   for (const k of [
     'message_id',
@@ -131,7 +134,7 @@ function pick(body: any): Partial<MessageRecord> & { text?: string } {
  * the request back for a test to submit itself (workerd cannot be called from here);
  * `deliver: "post"` sends it to `url` like Lark and reports the answer.
  */
-async function deliver(state: EmulatorState, body: any): Promise<ApiAnswer> {
+async function deliver(state: EmulatorState, body: Body): Promise<ApiAnswer> {
   const app = state.apps.get(String(body?.app_id ?? ''));
   if (!app) return bad('unknown app_id', 404);
   const now = state.now();

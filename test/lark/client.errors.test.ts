@@ -36,7 +36,11 @@ describe('LarkClient against the emulator', () => {
     const first = await lark.listReactions(messageId, { reactionType: 'Typing', pageSize: 2 }, call());
     expect(first.items).toHaveLength(2);
     expect(first.has_more).toBe(true);
-    const second = await lark.listReactions(messageId, { reactionType: 'Typing', pageSize: 2, pageToken: first.page_token }, call());
+    const second = await lark.listReactions(
+      messageId,
+      { reactionType: 'Typing', pageSize: 2, pageToken: first.page_token },
+      call(),
+    );
     expect(second.has_more).toBe(false);
     expect(second.page_token).toBeUndefined();
     const deleted = await lark.deleteReaction(messageId, created.reaction_id, call());
@@ -58,10 +62,16 @@ describe('LarkClient against the emulator', () => {
     const { lark, messageId } = await client();
     const bad = await failure(lark.createReaction(messageId, 'PROCESSING', call()));
     expect([bad.kind, bad.code]).toEqual(['permanent', 231001]);
-    const human = await emu<{ reaction_id: string }>(`messages/${messageId}/reactions`, { emoji_type: 'Typing', user_open_id: 'ou_human' });
+    const human = await emu<{ reaction_id: string }>(`messages/${messageId}/reactions`, {
+      emoji_type: 'Typing',
+      user_open_id: 'ou_human',
+    });
     const notMine = await failure(lark.deleteReaction(messageId, human.reaction_id, call()));
     expect([notMine.kind, notMine.code]).toEqual(['permanent', 231007]);
-    const otherApp = await emu<{ reaction_id: string }>(`messages/${messageId}/reactions`, { emoji_type: 'Typing', app_id: 'cli_other' });
+    const otherApp = await emu<{ reaction_id: string }>(`messages/${messageId}/reactions`, {
+      emoji_type: 'Typing',
+      app_id: 'cli_other',
+    });
     expect((await failure(lark.deleteReaction(messageId, otherApp.reaction_id, call()))).code).toBe(231007);
   });
 
@@ -69,7 +79,12 @@ describe('LarkClient against the emulator', () => {
     const { lark, messageId } = await client();
     await emu('faults', { route: 'reactions.create', kind: '429', resetSeconds: 7 });
     const limited = await failure(lark.createReaction(messageId, 'Typing', call()));
-    expect([limited.kind, limited.code, limited.httpStatus, limited.retryAfterSeconds]).toEqual(['retryable', 99991400, 429, 7]);
+    expect([limited.kind, limited.code, limited.httpStatus, limited.retryAfterSeconds]).toEqual([
+      'retryable',
+      99991400,
+      429,
+      7,
+    ]);
     await emu('faults', { route: 'reactions.create', kind: '5xx', status: 503 });
     const down = await failure(lark.createReaction(messageId, 'Typing', call()));
     expect([down.kind, down.httpStatus]).toEqual(['retryable', 503]);
@@ -119,7 +134,10 @@ describe('LarkClient against the emulator', () => {
   it('reply deduplicates by uuid: a retried delivery posts once', async () => {
     const { lark, messageId } = await client();
     await emu('faults', { route: 'reply', kind: 'lost_response' });
-    const input = { content: JSON.stringify({ text: 'pong' }), uuid: `effect-${crypto.randomUUID()}`.slice(0, 50) };
+    const input = {
+      content: JSON.stringify({ text: 'pong' }),
+      uuid: `effect-${crypto.randomUUID()}`.slice(0, 50),
+    };
     expect((await failure(lark.replyMessage(messageId, input, call()))).kind).toBe('retryable');
     const sent = await lark.replyMessage(messageId, input, call());
     const replies = await emu<{ items: { message_id: string }[] }>(`messages/${messageId}/replies`);

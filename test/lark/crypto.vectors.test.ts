@@ -4,7 +4,9 @@ import { buildEvent, installApp } from './helpers';
 
 describe('Lark event crypto (WebCrypto, inside workerd)', () => {
   it('decrypts the official docs vector', async () => {
-    expect(await decryptEvent('P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=', 'test key')).toBe('hello world');
+    expect(await decryptEvent('P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=', 'test key')).toBe(
+      'hello world',
+    );
   });
 
   it('decrypts the node-sdk challenge vector', async () => {
@@ -18,9 +20,9 @@ describe('Lark event crypto (WebCrypto, inside workerd)', () => {
   });
 
   it('refuses a wrong key or garbage with DecryptError', async () => {
-    await expect(decryptEvent('P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=', 'other key')).rejects.toBeInstanceOf(
-      DecryptError,
-    );
+    await expect(
+      decryptEvent('P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=', 'other key'),
+    ).rejects.toBeInstanceOf(DecryptError);
     await expect(decryptEvent('not base64 at all!', 'test key')).rejects.toBeInstanceOf(DecryptError);
   });
 

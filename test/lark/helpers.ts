@@ -4,7 +4,11 @@ import { uid } from '../helpers/db';
 export const larkBase = () => env.LARK_API_BASE!;
 
 /** Calls the emulator's control API (/__emulator/...). */
-export async function emu<T = any>(path: string, body?: unknown, method = body === undefined ? 'GET' : 'POST'): Promise<T> {
+export async function emu<T = unknown>(
+  path: string,
+  body?: unknown,
+  method = body === undefined ? 'GET' : 'POST',
+): Promise<T> {
   const res = await fetch(`${larkBase()}/__emulator/${path}`, {
     method,
     headers: { 'content-type': 'application/json' },
@@ -17,7 +21,10 @@ export async function emu<T = any>(path: string, body?: unknown, method = body =
 export function admin(path: string, init: { method?: string; body?: unknown; token?: string } = {}) {
   return exports.default.fetch(`http://test/admin/lark/installations${path}`, {
     method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
-    headers: { authorization: `Bearer ${init.token ?? env.ADMIN_TOKEN!}`, 'content-type': 'application/json' },
+    headers: {
+      authorization: `Bearer ${init.token ?? env.ADMIN_TOKEN!}`,
+      'content-type': 'application/json',
+    },
     body: init.body === undefined ? undefined : JSON.stringify(init.body),
   });
 }

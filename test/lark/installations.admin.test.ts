@@ -18,7 +18,11 @@ beforeEach(() => {
 });
 afterEach(() => vi.restoreAllMocks());
 
-const SECRETS = { app_secret: 'S3cret-app-secret-value', verification_token: 'V3rify-token-value', encrypt_key: 'Encrypt-key-value' };
+const SECRETS = {
+  app_secret: 'S3cret-app-secret-value',
+  verification_token: 'V3rify-token-value',
+  encrypt_key: 'Encrypt-key-value',
+};
 
 describe('admin API for Lark installations', () => {
   it('requires the admin token', async () => {
@@ -34,7 +38,12 @@ describe('admin API for Lark installations', () => {
     const regText = await reg.text();
     bodies.push(regText);
     const { installation } = JSON.parse(regText);
-    expect(installation).toMatchObject({ app_id: appId, has_encrypt_key: true, credential_version: 1, api_base: env.LARK_API_BASE });
+    expect(installation).toMatchObject({
+      app_id: appId,
+      has_encrypt_key: true,
+      credential_version: 1,
+      api_base: env.LARK_API_BASE,
+    });
     expect(installation.webhook_path).toBe(`/lark/events/${installation.id}`);
 
     const get = await admin(`/${installation.id}`);
@@ -44,11 +53,21 @@ describe('admin API for Lark installations', () => {
     });
     const rotText = await rotated.text();
     bodies.push(rotText);
-    expect(JSON.parse(rotText).installation).toMatchObject({ has_encrypt_key: false, credential_version: 2, api_base: 'https://open.feishu.cn' });
+    expect(JSON.parse(rotText).installation).toMatchObject({
+      has_encrypt_key: false,
+      credential_version: 2,
+      api_base: 'https://open.feishu.cn',
+    });
     const opened = await loadInstallation(pool, keys(), installation.id);
-    expect(opened).toMatchObject({ appSecret: 'N3w-app-secret-value', verificationToken: SECRETS.verification_token, encryptKey: null });
+    expect(opened).toMatchObject({
+      appSecret: 'N3w-app-secret-value',
+      verificationToken: SECRETS.verification_token,
+      encryptKey: null,
+    });
 
-    const bad = await admin(`/${installation.id}/rotate`, { body: { app_secret: 42, verification_token: 'Leaky-value-in-error' } });
+    const bad = await admin(`/${installation.id}/rotate`, {
+      body: { app_secret: 42, verification_token: 'Leaky-value-in-error' },
+    });
     expect(bad.status).toBe(400);
     bodies.push(await bad.text());
     const del = await admin(`/${installation.id}`, { method: 'DELETE' });
@@ -71,7 +90,11 @@ describe('admin API for Lark installations', () => {
       loadInstallation(pool, keys(), app.installationId).then(() =>
         pool.query('select 1').then(async () => {
           const { unseal } = await import('../../workers/crypto/sealed');
-          return unseal(keys(), row.app_secret_sealed, `lark_installation:${app.installationId}:verification_token`);
+          return unseal(
+            keys(),
+            row.app_secret_sealed,
+            `lark_installation:${app.installationId}:verification_token`,
+          );
         }),
       ),
     ).rejects.toThrow();

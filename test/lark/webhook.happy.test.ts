@@ -6,7 +6,9 @@ const pool = testPool(2);
 afterAll(() => pool.end());
 
 async function inputs(installationId: string) {
-  const { rows } = await pool.query('select * from lark_inbound_messages where installation_id = $1', [installationId]);
+  const { rows } = await pool.query('select * from lark_inbound_messages where installation_id = $1', [
+    installationId,
+  ]);
   return rows;
 }
 
@@ -32,7 +34,10 @@ describe('url_verification', () => {
 
   it('refuses a challenge with the wrong token', async () => {
     const app = await installApp();
-    const res = await submit(app.installationId, (await buildEvent(app, { type: 'url_verification', token: 'x' })).request);
+    const res = await submit(
+      app.installationId,
+      (await buildEvent(app, { type: 'url_verification', token: 'x' })).request,
+    );
     expect(res.status).toBe(401);
   });
 });
@@ -45,7 +50,11 @@ describe('im.message.receive_v1', () => {
     expect(res.status).toBe(200);
     const rows = await inputs(app.installationId);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ message_id: built.message_id, event_id: built.event_id, message_type: 'text' });
+    expect(rows[0]).toMatchObject({
+      message_id: built.message_id,
+      event_id: built.event_id,
+      message_type: 'text',
+    });
     expect(JSON.parse(rows[0].content)).toEqual({ text: 'hi there' });
   });
 
@@ -75,9 +84,10 @@ describe('im.message.receive_v1', () => {
     ]);
     expect(answers.map((r) => r.status)).toEqual([200, 200, 200]);
     expect(await inputs(app.installationId)).toHaveLength(1);
-    const { rows } = await pool.query('select count(*)::int as n from lark_event_receipts where installation_id = $1', [
-      app.installationId,
-    ]);
+    const { rows } = await pool.query(
+      'select count(*)::int as n from lark_event_receipts where installation_id = $1',
+      [app.installationId],
+    );
     expect(rows[0].n).toBe(1);
   });
 
@@ -96,7 +106,13 @@ describe('im.message.receive_v1', () => {
       type: 'custom',
       payload: {
         schema: '2.0',
-        header: { event_id: crypto.randomUUID(), event_type: 'im.message.recalled_v1', create_time: '1', token: app.verificationToken, app_id: app.appId },
+        header: {
+          event_id: crypto.randomUUID(),
+          event_type: 'im.message.recalled_v1',
+          create_time: '1',
+          token: app.verificationToken,
+          app_id: app.appId,
+        },
         event: { message_id: 'om_x', chat_id: 'oc_x', recall_time: '1', recall_type: 'message_owner' },
       },
     });

@@ -39,15 +39,27 @@ describe('webhook rejects what Lark did not send, writing nothing', () => {
     const app = await installApp();
     const built = await buildEvent(app);
     const headers = { 'content-type': 'application/json' };
-    await expectRejected(await submit(app.installationId, { headers, body: built.request.body }), 401, 'lark_bad_signature');
+    await expectRejected(
+      await submit(app.installationId, { headers, body: built.request.body }),
+      401,
+      'lark_bad_signature',
+    );
     expect(await written(app.installationId)).toEqual({ receipts: 0, inputs: 0 });
   });
 
   it('wrong verification token → 401 lark_bad_token (encrypted and plain)', async () => {
     const enc = await installApp();
-    await expectRejected(await submit(enc.installationId, (await buildEvent(enc, { token: 'wrong' })).request), 401, 'lark_bad_token');
+    await expectRejected(
+      await submit(enc.installationId, (await buildEvent(enc, { token: 'wrong' })).request),
+      401,
+      'lark_bad_token',
+    );
     const plain = await installApp({ encrypt: false });
-    await expectRejected(await submit(plain.installationId, (await buildEvent(plain, { token: 'wrong' })).request), 401, 'lark_bad_token');
+    await expectRejected(
+      await submit(plain.installationId, (await buildEvent(plain, { token: 'wrong' })).request),
+      401,
+      'lark_bad_token',
+    );
     expect(await written(enc.installationId)).toEqual({ receipts: 0, inputs: 0 });
     expect(await written(plain.installationId)).toEqual({ receipts: 0, inputs: 0 });
   });
@@ -62,14 +74,28 @@ describe('webhook rejects what Lark did not send, writing nothing', () => {
   it('malformed body → 400 lark_bad_event', async () => {
     const app = await installApp({ encrypt: false });
     const headers = { 'content-type': 'application/json' };
-    await expectRejected(await submit(app.installationId, { headers, body: '{"schema":"2.0",' }), 400, 'lark_bad_event');
-    await expectRejected(await submit(app.installationId, { headers, body: '{"hello":"world"}' }), 400, 'lark_bad_event');
+    await expectRejected(
+      await submit(app.installationId, { headers, body: '{"schema":"2.0",' }),
+      400,
+      'lark_bad_event',
+    );
+    await expectRejected(
+      await submit(app.installationId, { headers, body: '{"hello":"world"}' }),
+      400,
+      'lark_bad_event',
+    );
     // A valid envelope whose message event breaks the schema.
     const bad = await buildEvent(app, {
       type: 'custom',
       payload: {
         schema: '2.0',
-        header: { event_id: 'e1', event_type: 'im.message.receive_v1', create_time: '1', token: app.verificationToken, app_id: app.appId },
+        header: {
+          event_id: 'e1',
+          event_type: 'im.message.receive_v1',
+          create_time: '1',
+          token: app.verificationToken,
+          app_id: app.appId,
+        },
         event: { sender: { sender_type: 'user' }, message: { message_id: 42 } },
       },
     });
@@ -84,9 +110,18 @@ describe('webhook rejects what Lark did not send, writing nothing', () => {
     const built = await buildEvent(other, {});
     const { computeSignature } = await import('../../workers/lark/crypto');
     const ts = String(Math.floor(Date.now() / 1000));
-    const sig = await computeSignature(ts, 'n', app.encryptKey!, new TextEncoder().encode(built.request.body));
+    const sig = await computeSignature(
+      ts,
+      'n',
+      app.encryptKey!,
+      new TextEncoder().encode(built.request.body),
+    );
     const headers = { 'x-lark-request-timestamp': ts, 'x-lark-request-nonce': 'n', 'x-lark-signature': sig };
-    await expectRejected(await submit(app.installationId, { headers, body: built.request.body }), 400, 'lark_bad_event');
+    await expectRejected(
+      await submit(app.installationId, { headers, body: built.request.body }),
+      400,
+      'lark_bad_event',
+    );
     expect(await written(app.installationId)).toEqual({ receipts: 0, inputs: 0 });
   });
 

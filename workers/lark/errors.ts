@@ -7,10 +7,10 @@
  */
 export type LarkErrorKind = 'already_gone' | 'retryable' | 'permanent';
 
-/** 230110 message deleted; 231003 message not found or recalled; 231004 chat gone;
+/** 230011 message withdrawn (reply); 230110 message deleted; 231003 message not found or recalled; 231004 chat gone;
  *  231005 thread removed; 231010/231011 reaction not on this message / not found
  *  (the likely "already deleted" answers, see reference §2); 232009 chat dissolved. */
-export const ALREADY_GONE_CODES = new Set([230110, 231003, 231004, 231005, 231010, 231011, 232009]);
+export const ALREADY_GONE_CODES = new Set([230011, 230110, 231003, 231004, 231005, 231010, 231011, 232009]);
 /** 99991400 rate limited; 231015 "repeated request processing" (in flight elsewhere). */
 export const RETRYABLE_CODES = new Set([99991400, 231015]);
 /** Token invalid or missing: refreshed and retried once by the client. */

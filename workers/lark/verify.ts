@@ -21,8 +21,10 @@ export type Delivery =
   | { kind: 'event'; envelope: EventEnvelope }
   | { kind: 'legacy' };
 
-const reject = (code: 'lark_bad_signature' | 'lark_stale_timestamp' | 'lark_bad_token' | 'lark_bad_event', msg: string) =>
-  new AppError(code, msg);
+const reject = (
+  code: 'lark_bad_signature' | 'lark_stale_timestamp' | 'lark_bad_token' | 'lark_bad_event',
+  msg: string,
+) => new AppError(code, msg);
 
 function parseJson(text: string): unknown {
   try {
@@ -63,7 +65,8 @@ export async function openDelivery(
   let payload = parseJson(text);
   const encrypted = EncryptedBody.safeParse(payload);
   if (encrypted.success) {
-    if (!keys.encryptKey) throw reject('lark_bad_event', 'Encrypted payload but no Encrypt Key is configured');
+    if (!keys.encryptKey)
+      throw reject('lark_bad_event', 'Encrypted payload but no Encrypt Key is configured');
     try {
       payload = parseJson(await decryptEvent(encrypted.data.encrypt, keys.encryptKey));
     } catch (err) {

@@ -7,8 +7,12 @@ import { decryptEvent, encryptEvent, signatureMatches } from '../../../workers/l
 // Oracle: @larksuiteoapi/node-sdk 1.74.0, Lark's own Node SDK, checks our crypto from outside.
 describe('Lark crypto against the official node-sdk', () => {
   it('AESCipher decrypts the published vectors, and so do we', async () => {
-    expect(new lark.AESCipher('test key').decrypt('P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=')).toBe('hello world');
-    expect(await decryptEvent('P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=', 'test key')).toBe('hello world');
+    expect(new lark.AESCipher('test key').decrypt('P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=')).toBe(
+      'hello world',
+    );
+    expect(await decryptEvent('P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=', 'test key')).toBe(
+      'hello world',
+    );
   });
 
   it('AESCipher decrypts what the emulator (node:crypto) and the Worker (WebCrypto) encrypt', async () => {
@@ -22,11 +26,21 @@ describe('Lark crypto against the official node-sdk', () => {
     const app = { app_id: 'cli_oracle', app_secret: 's', verification_token: 'vt', encrypt_key: 'ek' };
     const payload = {
       schema: '2.0',
-      header: { event_id: 'e1', event_type: 'im.message.receive_v1', create_time: '1', token: 'vt', app_id: 'cli_oracle' },
+      header: {
+        event_id: 'e1',
+        event_type: 'im.message.receive_v1',
+        create_time: '1',
+        token: 'vt',
+        app_id: 'cli_oracle',
+      },
       event: { message: { message_id: 'om_1' } },
     };
     let seen: unknown;
-    const dispatcher = new lark.EventDispatcher({ encryptKey: 'ek', verificationToken: 'vt', loggerLevel: lark.LoggerLevel.error }).register({
+    const dispatcher = new lark.EventDispatcher({
+      encryptKey: 'ek',
+      verificationToken: 'vt',
+      loggerLevel: lark.LoggerLevel.error,
+    }).register({
       'im.message.receive_v1': async (data: unknown) => {
         seen = data;
       },
