@@ -50,4 +50,8 @@ export async function recordInboundMessage(tx: PoolClient, input: InboundMessage
  * input. Empty for now: the Typing Add goes here. It must open its own pool (the request's
  * pool is ending) and never throw.
  */
-export async function afterInboundAnswered(_env: Env, _config: Config, _input: InboundMessage): Promise<void> {}
+export async function afterInboundAnswered(
+  _env: Env,
+  _config: Config,
+  _input: InboundMessage,
+): Promise<void> {}

@@ -4,9 +4,9 @@ import type { AppEnv } from '../context';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
 import { loadInstallation } from '../installations/store';
-import { log } from '../log';
 import { MessageReceiveEvent } from '../lark/schemas';
 import { openDelivery } from '../lark/verify';
+import { log } from '../log';
 import { afterInboundAnswered, type InboundMessage, recordInboundMessage } from './inbound';
 
 /** Lark allows 3 s for the answer (1 s for the URL check); the transaction gets half. */
@@ -45,12 +45,20 @@ export const webhook = new Hono<AppEnv>().post('/lark/events/:installationId', a
   const { header, event } = delivery.envelope;
   if (header.event_type !== 'im.message.receive_v1') return c.json({ ok: true, ignored: header.event_type });
   const parsed = MessageReceiveEvent.safeParse(event);
-  if (!parsed.success) throw new AppError('lark_bad_event', 'im.message.receive_v1 event does not match its schema');
+  if (!parsed.success)
+    throw new AppError('lark_bad_event', 'im.message.receive_v1 event does not match its schema');
   // Messages from apps (this one included) never start a turn: no loops, no self-replies.
   if (parsed.data.sender.sender_type !== 'user') return c.json({ ok: true, ignored: 'sender_not_user' });
 
-  const inbound: InboundMessage = { installation, eventId: header.event_id, event: parsed.data, receivedAtMs };
-  const recorded = await withTx(c.var.db(), { budgetMs: WEBHOOK_TX_BUDGET_MS }, (tx) => acceptOnce(tx, inbound));
+  const inbound: InboundMessage = {
+    installation,
+    eventId: header.event_id,
+    event: parsed.data,
+    receivedAtMs,
+  };
+  const recorded = await withTx(c.var.db(), { budgetMs: WEBHOOK_TX_BUDGET_MS }, (tx) =>
+    acceptOnce(tx, inbound),
+  );
   if (!recorded) return c.json({ ok: true, duplicate: true });
   runAfterAnswer(c, inbound);
   return c.json({ ok: true });
@@ -69,7 +77,10 @@ async function acceptOnce(tx: PoolClient, inbound: InboundMessage): Promise<bool
   return true;
 }
 
-function runAfterAnswer(c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: ExecutionContext }, inbound: InboundMessage) {
+function runAfterAnswer(
+  c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: ExecutionContext },
+  inbound: InboundMessage,
+) {
   const task = afterInboundAnswered(c.env, c.var.config, inbound).catch((err: unknown) =>
     log.error('lark_after_answer_failed', { installationId: inbound.installation.id, error: err }),
   );
@@ -92,5 +103,3 @@ export async function pruneEventReceipts(q: Pick<Pool, 'query'>, limit = 1000): 
   );
   return rowCount ?? 0;
 }
-
-

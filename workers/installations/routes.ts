@@ -4,12 +4,20 @@ import type { AppEnv } from '../context';
 import { AppError } from '../errors';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
-import { deleteInstallation, getInstallationRow, insertInstallation, publicView, rotateInstallation } from './store';
+import {
+  deleteInstallation,
+  getInstallationRow,
+  insertInstallation,
+  publicView,
+  rotateInstallation,
+} from './store';
 
 /** `lark` and `feishu` name the two public hosts; anything else must be an http(s) URL. */
 const ApiBase = z
   .union([z.enum(['lark', 'feishu']), z.url({ protocol: /^https?$/ })])
-  .transform((v) => (v === 'lark' ? 'https://open.larksuite.com' : v === 'feishu' ? 'https://open.feishu.cn' : v))
+  .transform((v) =>
+    v === 'lark' ? 'https://open.larksuite.com' : v === 'feishu' ? 'https://open.feishu.cn' : v,
+  )
   .transform((v) => v.replace(/\/+$/, ''));
 const Secret = z.string().min(1).max(512);
 
@@ -63,7 +71,8 @@ export const installations = new Hono<AppEnv>()
       verificationToken: input.verification_token,
       encryptKey: input.encrypt_key ?? null,
     }).catch((err: { code?: string }) => {
-      if (err.code === '23505') throw new AppError('conflict', 'This app is already installed in this workspace');
+      if (err.code === '23505')
+        throw new AppError('conflict', 'This app is already installed in this workspace');
       throw err;
     });
     log.info('lark_installation_registered', { installationId: row.id, appId: row.app_id });

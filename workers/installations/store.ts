@@ -56,7 +56,11 @@ export interface NewInstallation {
   encryptKey?: string | null;
 }
 
-export async function insertInstallation(q: Q, keys: KeyRing, input: NewInstallation): Promise<InstallationRow> {
+export async function insertInstallation(
+  q: Q,
+  keys: KeyRing,
+  input: NewInstallation,
+): Promise<InstallationRow> {
   const id = `li_${crypto.randomUUID().replaceAll('-', '').slice(0, 20)}`;
   const { rows } = await q.query<InstallationRow>(
     `insert into lark_installations
