@@ -12,8 +12,9 @@ export const RETIREMENT_LOCK_NS = 720_102;
 
 export const OPERATION_LOCK_SQL = "select pg_advisory_xact_lock(720101, hashtext($1 || '/' || $2))";
 export const RETIREMENT_LOCK_SQL = "select pg_advisory_xact_lock(720102, hashtext($1 || '/' || $2))";
-export const MESSAGE_LOCK_SQL =
-  'select reaction_version, app_now() as now from private.messages where id = $1 for update';
+// Time must not ride along in this statement: its target list is computed before the row
+// lock is granted, so a request that waited here would carry a stale clock (see freshNow).
+export const MESSAGE_LOCK_SQL = 'select reaction_version from private.messages where id = $1 for update';
 
 export async function lockOperation(client: Queryable, actorId: string, operationId: string): Promise<void> {
   await client.query(OPERATION_LOCK_SQL, [actorId, operationId]);
@@ -23,17 +24,17 @@ export async function lockRetirement(client: Queryable, actorId: string, operati
   await client.query(RETIREMENT_LOCK_SQL, [actorId, operationId]);
 }
 
-/** Locks the message row; returns its reaction version and fresh database time, or null. */
-export async function lockMessage(
-  client: Queryable,
-  messageId: string,
-): Promise<{ version: number; now: Date } | null> {
-  const { rows } = await client.query<{ reaction_version: string; now: Date }>(MESSAGE_LOCK_SQL, [messageId]);
+/** Locks the message row; returns its reaction version under the lock, or null. */
+export async function lockMessage(client: Queryable, messageId: string): Promise<{ version: number } | null> {
+  const { rows } = await client.query<{ reaction_version: string }>(MESSAGE_LOCK_SQL, [messageId]);
   const row = rows[0];
-  return row ? { version: Number(row.reaction_version), now: row.now } : null;
+  return row ? { version: Number(row.reaction_version) } : null;
 }
 
-/** Fresh database time: every expiry decision reads it after the locks it depends on. */
+/**
+ * Fresh database time: every expiry decision reads it in its own statement, issued after the
+ * locks it depends on are granted.
+ */
 export async function freshNow(client: Queryable): Promise<Date> {
   const { rows } = await client.query<{ now: Date }>('select app_now() as now');
   return rows[0]!.now;

@@ -31,9 +31,9 @@ export interface WriteResult {
   message: MessageReactions;
 }
 
-async function expiredAt(client: Queryable, ticket: TicketRow, now?: Date): Promise<boolean> {
-  const at = now ?? (await freshNow(client));
-  return at.getTime() >= new Date(ticket.expires_at).getTime();
+async function expiredAt(client: Queryable, ticket: TicketRow): Promise<boolean> {
+  const now = await freshNow(client);
+  return now.getTime() >= new Date(ticket.expires_at).getTime();
 }
 
 /** Operation lock, then the ticket's binding: actor, operation and admission. */
@@ -82,7 +82,7 @@ export async function applyWithTicket(
 
   const locked = await lockMessage(client, ticket.message_id);
   if (!locked) throw new AppError('not_found', 'Message not found');
-  if (await expiredAt(client, ticket, locked.now)) await throwExpired(client, ticket, null);
+  if (await expiredAt(client, ticket)) await throwExpired(client, ticket, null);
 
   const { outcome, version } = await applyDesired(
     client,
