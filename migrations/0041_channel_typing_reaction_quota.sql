@@ -1,0 +1,4 @@
+-- migrate:no-transaction
+-- Quota arbitration: at most one pending row per (workspace, slot); slots run 1..1000.
+create unique index concurrently if not exists channel_typing_reaction_quota
+  on channel_typing_reaction (workspace_id, quota_slot) where quota_slot is not null;

@@ -1,0 +1,5 @@
+-- migrate:no-transaction
+-- One ledger row per (installation, message): a message redelivered under another event id
+-- registers once; also the delivery-anchor fallback's "is there a row?" lookup.
+create unique index concurrently if not exists channel_typing_reaction_message
+  on channel_typing_reaction (installation_id, source_message_id);
