@@ -1,0 +1,129 @@
+import type { PoolClient } from '@neondatabase/serverless';
+import type { KeyRing } from '../crypto/sealed';
+import type { Config, Env } from '../env';
+import type { Installation } from '../installations/store';
+
+/**
+ * The four points where the conversation engine hands the typing-badge ledger
+ * (workers/typing-ledger, spec lark-typing-reaction-cleanup) what it needs. The engine
+ * calls them; the ledger owns their bodies. Signatures are stable: change bodies only.
+ *
+ * Vocabulary. A session is one conversation = one actor instance (`sessionId` is the actor
+ * instance id, `lark-conversation:<installation>:<chat>:<thread|->`). Every recorded input
+ * gets a `position`, strictly increasing within the session (gaps possible), and carries
+ * the session's `contextRevision` at the time it was recorded. A turn covers every input of
+ * its context revision with `position <= cutoffPosition` not covered by an earlier turn,
+ * including coalesced inputs that are not the reply's anchor. The cutoff and revision are
+ * written to `channel_turns` in the fenced commit that starts the turn (the flush), before
+ * any detached work, and again with the outcome in the terminal transaction.
+ */
+
+/** One newly recorded user message, inside the webhook's transaction. */
+export interface TypingInput {
+  /** Actor instance id of the conversation. */
+  sessionId: string;
+  installationId: string;
+  workspaceId: string;
+  /** The installation's App ID: sweeps only remove reactions whose operator is this app. */
+  appId: string;
+  chatId: string;
+  threadId: string | null;
+  /** The Lark message the badge goes on (`om_…`). */
+  messageId: string;
+  /** Lark's `message.create_time` (epoch ms), null when Lark sent something unparsable. */
+  messageCreatedAtMs: number | null;
+  position: number;
+  contextRevision: number;
+  /** Worker clock when the event arrived (not a deadline: deadlines come from `app_now()`). */
+  receivedAtMs: number;
+  /**
+   * The installation with its opened secrets, so the ledger can seal a credential snapshot
+   * (app secret, API host) bound to its own row. Never log or return it.
+   */
+  installation: Installation;
+  /** The key ring to seal that snapshot with (`config.SECRET_KEYS`). */
+  keys: KeyRing;
+}
+
+/** What registration decided: whether the Add may be sent, and the ledger row if any. */
+export interface TypingRegistration {
+  sendAdd: boolean;
+  ledgerId: string | null;
+}
+
+/** An input after the webhook's transaction committed and the 200 went out. */
+export interface AnsweredInput {
+  input: Omit<TypingInput, 'keys'>;
+  registration: TypingRegistration;
+}
+
+/**
+ * How a turn ended. `delivered`: the reply is posted. `failed`: the agent or delivery gave
+ * up (timeouts, permanent errors, retries exhausted). `retired`: effect recovery retired the
+ * reply after its process died and no replacement generation was started. `anchor_gone`:
+ * the message to reply to was recalled or deleted.
+ */
+export type TurnOutcome = 'delivered' | 'failed' | 'retired' | 'anchor_gone';
+
+/** One terminal turn, as written in the actor's terminal transaction. */
+export interface TurnSettlement {
+  sessionId: string;
+  installationId: string;
+  workspaceId: string;
+  appId: string;
+  /** 1, 2, … per session. */
+  turnNo: number;
+  contextRevision: number;
+  /** Every input of `contextRevision` with position <= cutoff belongs to this or an earlier turn. */
+  cutoffPosition: number;
+  /** The positions this turn coalesced (ascending), anchor included. */
+  positions: number[];
+  /** Every Lark message id the turn covered (same order as `positions`). */
+  messageIds: string[];
+  /** The trigger: the message the reply answers (the newest input of the turn). */
+  anchorMessageId: string;
+  outcome: TurnOutcome;
+  /** True when no task ever ran for the turn (a flush that failed before its effect). */
+  taskless: boolean;
+  /** The posted reply's message id, when delivered. */
+  replyMessageId: string | null;
+}
+
+/**
+ * (1) Inside the webhook's transaction, right after the input is recorded on the actor
+ * (same transaction as the event_id receipt, so a rollback removes both). Write only
+ * through `tx`; no remote call. Returns whether an Add should be sent after the answer.
+ * Must not throw for cosmetic reasons (quota full, slot collision): return sendAdd=false.
+ */
+export async function registerTypingInputs(
+  _tx: PoolClient,
+  _input: TypingInput,
+): Promise<TypingRegistration> {
+  return { sendAdd: false, ledgerId: null };
+}
+
+/**
+ * (2) In `waitUntil` after the 200, only for a newly recorded input: the Typing Add goes
+ * here. Opens its own pool (the request's is ending); never throws.
+ */
+export async function afterInputAnswered(
+  _env: Env,
+  _config: Config,
+  _answered: AnsweredInput,
+): Promise<void> {}
+
+/**
+ * (3) Inside the actor's terminal transaction for a turn (reply delivered, turn failed,
+ * effect retired), after the fenced commit and after `channel_turns` records the outcome.
+ * Settles every input of the session in `turn.contextRevision` up to `turn.cutoffPosition`.
+ * Write only through `tx`; no remote call; a throw rolls the terminal commit back (and the
+ * actor retries the message).
+ */
+export async function settleTurnInputs(_tx: PoolClient, _turn: TurnSettlement): Promise<void> {}
+
+/**
+ * (4) After that commit, from a durable `channel.turn-settled` effect (retried, at most 3
+ * attempts): withdraw the badges of the settled inputs precisely by reaction id. Opens its
+ * own pool. Throwing schedules a retry; the ledger's maintenance passes remain the backstop.
+ */
+export async function afterTurnSettled(_env: Env, _config: Config, _turn: TurnSettlement): Promise<void> {}
