@@ -1,3 +1,4 @@
+import type { PoolClient } from '@neondatabase/serverless';
 import type { EmitOptions } from './emit';
 import type { EffectHandle } from './types';
 
@@ -20,6 +21,12 @@ export interface ActorContext {
   setTimer(atMs: number | null): void;
   /** Stage an explicit recovery check; it is written on the commit's own transaction. */
   requestRecovery(handle: EffectHandle): void;
+  /**
+   * Stage a write to the application's own tables on the commit's transaction, run right
+   * after the fenced commit (rolled back with it; re-run if the commit is retried). No
+   * remote calls: locks are held.
+   */
+  inCommit(write: (tx: PoolClient) => Promise<void>): void;
 }
 
 export interface ActorType<S = unknown> {

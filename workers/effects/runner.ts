@@ -1,4 +1,4 @@
-import type { Pool } from '@neondatabase/serverless';
+import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
 import { log } from '../log';
@@ -46,6 +46,7 @@ export async function drainStep(
 
     const stage = new EffectStage(instanceId);
     const checks: EffectHandle[] = [];
+    const writes: ((tx: PoolClient) => Promise<void>)[] = [];
     // A timer event consumes the timer unless the handler sets a new one.
     let wakeAtMs: number | null | undefined = event.type === 'timer' ? null : undefined;
     const state = await actor.handle(event, inst.state ?? actor.initialState(), {
@@ -60,6 +61,9 @@ export async function drainStep(
       },
       requestRecovery: (h) => {
         checks.push(h);
+      },
+      inCommit: (w) => {
+        writes.push(w);
       },
     });
     try {
@@ -76,6 +80,7 @@ export async function drainStep(
           },
           config,
         );
+        for (const w of writes) await w(tx);
         const ids: string[] = [];
         for (const h of checks) ids.push((await requestEffectRecovery(tx, h)).requestId);
         return ids;
