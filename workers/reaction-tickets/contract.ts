@@ -74,11 +74,17 @@ export async function closeLegacyContract(
   client: Queryable,
   closedBy: string,
 ): Promise<LegacyContractStatus> {
+  // First wait for the drain: the row lock is granted only after every FOR SHARE holder ends.
+  // Time is read in the next statement, after the wait (a SET list is computed before it).
+  await client.query('select 1 from private.write_contract_state where contract = $1 for update', [
+    LEGACY_CONTRACT,
+  ]);
   await client.query(
-    `update private.write_contract_state
-     set closed_at = coalesce(closed_at, app_now()), drained_at = coalesce(drained_at, app_now()),
+    `with t as (select app_now() as now)
+     update private.write_contract_state
+     set closed_at = coalesce(closed_at, t.now), drained_at = coalesce(drained_at, t.now),
          closed_by = coalesce(closed_by, $2)
-     where contract = $1`,
+     from t where contract = $1`,
     [LEGACY_CONTRACT, closedBy],
   );
   return getLegacyContractStatus(client);
