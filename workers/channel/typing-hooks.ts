@@ -1,7 +1,9 @@
 import type { PoolClient } from '@neondatabase/serverless';
 import type { KeyRing } from '../crypto/sealed';
+import { withDb } from '../db/pool';
 import type { Config, Env } from '../env';
-import type { Installation } from '../installations/store';
+import { type Installation, loadInstallation } from '../installations/store';
+import * as ledger from '../typing-ledger';
 
 /**
  * The four points where the conversation engine hands the typing-badge ledger
@@ -95,22 +97,36 @@ export interface TurnSettlement {
  * through `tx`; no remote call. Returns whether an Add should be sent after the answer.
  * Must not throw for cosmetic reasons (quota full, slot collision): return sendAdd=false.
  */
-export async function registerTypingInputs(
-  _tx: PoolClient,
-  _input: TypingInput,
-): Promise<TypingRegistration> {
-  return { sendAdd: false, ledgerId: null };
+export async function registerTypingInputs(tx: PoolClient, input: TypingInput): Promise<TypingRegistration> {
+  const reg = await ledger.registerInput(tx, input.keys, {
+    installation: input.installation,
+    sessionId: input.sessionId,
+    messageId: input.messageId,
+    chatId: input.chatId,
+    inputPosition: input.position,
+    contextRevision: input.contextRevision,
+    messageCreatedAtMs: input.messageCreatedAtMs,
+    receivedAtMs: input.receivedAtMs,
+  });
+  return reg.kind === 'registered' ? { sendAdd: true, ledgerId: reg.id } : { sendAdd: false, ledgerId: null };
 }
 
 /**
  * (2) In `waitUntil` after the 200, only for a newly recorded input: the Typing Add goes
  * here. Opens its own pool (the request's is ending); never throws.
  */
-export async function afterInputAnswered(
-  _env: Env,
-  _config: Config,
-  _answered: AnsweredInput,
-): Promise<void> {}
+export async function afterInputAnswered(_env: Env, config: Config, answered: AnsweredInput): Promise<void> {
+  const { input, registration } = answered;
+  if (!registration.sendAdd || !registration.ledgerId) return;
+  await withDb(config, (pool) =>
+    ledger.addTypingBadge(pool, {
+      kind: 'registered',
+      id: registration.ledgerId!,
+      messageId: input.messageId,
+      installation: input.installation,
+    }),
+  ).catch(() => undefined);
+}
 
 /**
  * (3) Inside the actor's terminal transaction for a turn (reply delivered, turn failed,
@@ -119,11 +135,33 @@ export async function afterInputAnswered(
  * Write only through `tx`; no remote call; a throw rolls the terminal commit back (and the
  * actor retries the message).
  */
-export async function settleTurnInputs(_tx: PoolClient, _turn: TurnSettlement): Promise<void> {}
+export async function settleTurnInputs(tx: PoolClient, turn: TurnSettlement): Promise<void> {
+  await ledger.settleTurnInputs(tx, {
+    sessionId: turn.sessionId,
+    contextRevision: turn.contextRevision,
+    cutoffPosition: turn.cutoffPosition,
+    settledBy: `turn:${turn.turnNo}`,
+    outcome: turn.outcome,
+    taskless: turn.taskless,
+  });
+}
 
 /**
  * (4) After that commit, from a durable `channel.turn-settled` effect (retried, at most 3
  * attempts): withdraw the badges of the settled inputs precisely by reaction id. Opens its
  * own pool. Throwing schedules a retry; the ledger's maintenance passes remain the backstop.
  */
-export async function afterTurnSettled(_env: Env, _config: Config, _turn: TurnSettlement): Promise<void> {}
+export async function afterTurnSettled(_env: Env, config: Config, turn: TurnSettlement): Promise<void> {
+  await withDb(config, async (pool) => {
+    const ids = await ledger.settledRowIds(pool, turn);
+    const results = await ledger.withdrawAfterCommit(pool, config.SECRET_KEYS, ids);
+    // Badges that predate the ledger: sweep the reply's anchor when it has no row.
+    if (turn.outcome === 'delivered') {
+      const inst = await loadInstallation(pool, config.SECRET_KEYS, turn.installationId);
+      if (inst) await ledger.sweepDeliveryAnchor(pool, inst, turn.anchorMessageId);
+    }
+    const failed = Object.values(results).filter((o) => o === 'retryable').length;
+    // Throwing schedules the effect's retry; the maintenance pass is the backstop either way.
+    if (failed > 0) throw new Error(`${failed} typing badge withdrawals are retryable`);
+  });
+}

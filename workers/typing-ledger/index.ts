@@ -1,0 +1,15 @@
+/** The typing-reaction ledger (docs/typing-ledger.md). */
+export { type AddOptions, type AddOutcome, addTypingBadge, type InputLiveCheck } from './add';
+export { sweepDeliveryAnchor } from './anchor';
+export { type RegisterInput, type Registration, registerInput } from './register';
+export { markInputsTasked, settleTurnInputs, type TurnCutoff } from './settle';
+export { openSnapshot, sealSnapshot } from './snapshot';
+export { recordCleaned } from './store';
+export * from './types';
+export {
+  settledRowIds,
+  type WithdrawOptions,
+  type WithdrawResult,
+  withdrawAfterCommit,
+  withdrawRow,
+} from './withdraw';

@@ -1,0 +1,104 @@
+import {
+  FIRST_RETRY_MS,
+  type Q,
+  TARGET_COLUMNS,
+  UNCERTAIN_SWEEP_AFTER_MS,
+  type WithdrawTarget,
+} from './types';
+
+/**
+ * Confirmed cleanup: the badge is gone. Erases the sealed snapshot and releases the quota
+ * slot in the SAME statement. Terminal rows are never touched again (fence on both outcomes).
+ */
+export async function recordCleaned(q: Q, id: string): Promise<boolean> {
+  const { rowCount } = await q.query(
+    `update channel_typing_reaction
+     set cleaned_at = app_now(), credential_snapshot = null, quota_slot = null,
+         next_attempt_at = null, last_error = null, updated_at = app_now()
+     where id = $1 and cleaned_at is null and abandoned_at is null`,
+    [id],
+  );
+  return (rowCount ?? 0) > 0;
+}
+
+export interface AddRecord {
+  /** Termination was observed (settled) or the row is already terminal: withdraw at once. */
+  ended: boolean;
+  /** The row was cleaned or abandoned before this result arrived. */
+  terminal: boolean;
+}
+
+/**
+ * Records a successful Add. Monotonic: it only moves pending/uncertain to added and never
+ * touches settled_at/cleaned_at/abandoned_at, so a late Add cannot restore an active state;
+ * its reaction id is still kept so the badge can be deleted precisely.
+ */
+export async function recordAdded(q: Q, id: string, reactionId: string): Promise<AddRecord | undefined> {
+  const { rows } = await q.query<AddRecord>(
+    `update channel_typing_reaction
+     set reaction_id = $2,
+         add_state = case when add_state in ('pending', 'uncertain') then 'added' else add_state end,
+         add_finished_at = coalesce(add_finished_at, app_now()), updated_at = app_now()
+     where id = $1
+     returning (settled_at is not null or cleaned_at is not null or abandoned_at is not null) as ended,
+               (cleaned_at is not null or abandoned_at is not null) as terminal`,
+    [id, reactionId],
+  );
+  return rows[0];
+}
+
+/**
+ * The Add ended without a reaction id. `uncertain` (timeout, lost response, 5xx, 429): a
+ * sweep may resolve it from one minute after registration. `not_added` (rejected, message
+ * gone): nothing can be on the message, so the row is cleaned right here.
+ */
+export async function recordAddFailed(q: Q, id: string, state: 'uncertain' | 'not_added', code: number) {
+  await q.query(
+    `update channel_typing_reaction
+     set add_state = $2, add_finished_at = app_now(), last_error = $3, updated_at = app_now(),
+         next_attempt_at = case when $2 = 'uncertain'
+           then greatest(coalesce(next_attempt_at, '-infinity'), created_at + $4 * interval '1 millisecond')
+           else next_attempt_at end,
+         cleaned_at = case when $2 = 'not_added' and abandoned_at is null then app_now() else cleaned_at end,
+         credential_snapshot = case when $2 = 'not_added' then null else credential_snapshot end,
+         quota_slot = case when $2 = 'not_added' then null else quota_slot end
+     where id = $1 and add_state in ('pending', 'uncertain') and cleaned_at is null`,
+    [id, state, `add:${code}`, UNCERTAIN_SWEEP_AFTER_MS],
+  );
+}
+
+/** A failed withdrawal is left for the maintenance retry pass (it backs off from here). */
+export async function scheduleRetry(q: Q, id: string, delayMs: number, error: string) {
+  await q.query(
+    `update channel_typing_reaction
+     set next_attempt_at = app_now() + $2 * interval '1 millisecond', last_error = $3, updated_at = app_now()
+     where id = $1 and cleaned_at is null and abandoned_at is null`,
+    [id, Math.max(FIRST_RETRY_MS, delayMs), error],
+  );
+}
+
+/** Adopts a reaction id a sweep found for an unsettled row (the badge stays while the turn runs). */
+export async function adoptReaction(q: Q, id: string, reactionId: string) {
+  await q.query(
+    `update channel_typing_reaction
+     set reaction_id = $2, add_state = 'added', add_finished_at = coalesce(add_finished_at, app_now()),
+         next_attempt_at = null, updated_at = app_now()
+     where id = $1 and reaction_id is null and cleaned_at is null and abandoned_at is null`,
+    [id, reactionId],
+  );
+}
+
+export async function loadTargets(
+  q: Q,
+  ids: string[],
+): Promise<(WithdrawTarget & { young_pending: boolean })[]> {
+  if (ids.length === 0) return [];
+  const { rows } = await q.query<WithdrawTarget & { young_pending: boolean }>(
+    `select ${TARGET_COLUMNS},
+       (add_state = 'pending' and created_at > app_now() - $2 * interval '1 millisecond') as young_pending
+     from channel_typing_reaction
+     where id = any($1::text[]) and cleaned_at is null and abandoned_at is null`,
+    [ids, UNCERTAIN_SWEEP_AFTER_MS],
+  );
+  return rows;
+}

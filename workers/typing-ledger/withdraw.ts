@@ -1,0 +1,135 @@
+import type { Pool } from '@neondatabase/serverless';
+import { Deadline } from '../clock';
+import type { KeyRing } from '../crypto/sealed';
+import { log } from '../log';
+import { deleteExact, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
+import { clientFor } from './snapshot';
+import { adoptReaction, loadTargets, recordCleaned, scheduleRetry } from './store';
+import { type Q, WITHDRAW_BUDGET_MS, type WithdrawTarget } from './types';
+
+/**
+ * - cleaned: a badge of ours was deleted now (row cleaned, snapshot erased).
+ * - already_gone: Lark says the reaction/message is gone (row cleaned, snapshot erased).
+ * - adopted: an unsettled row's unknown reaction id was found by a sweep and recorded.
+ * - unconfirmed: the sweep found nothing of ours but the Add is unfinished (pending or
+ *   uncertain) and the retention deadline has not passed: nothing acknowledged, retry later.
+ * - retryable: try later, not before `retryAfterSeconds` (x-ogw-ratelimit-reset) when given.
+ * - permanent: this request cannot succeed (revoked app, snapshot gone or unopenable).
+ */
+export type WithdrawResult =
+  | { outcome: 'cleaned' | 'already_gone' | 'adopted' | 'unconfirmed' }
+  | { outcome: 'retryable'; code: number; retryAfterSeconds?: number }
+  | { outcome: 'permanent'; code: number };
+
+export interface WithdrawOptions {
+  /** The budget of this row's remote work (the maintenance pass gives each row 2 s). */
+  deadline: Deadline;
+  /**
+   * `withdraw` (default for settled rows): the badge must go. `resolve` (default for
+   * unsettled rows): only learn an unknown reaction id, leaving the badge on a live turn.
+   */
+  mode?: 'withdraw' | 'resolve';
+  fetch?: typeof fetch;
+}
+
+/**
+ * Withdraws one row's badge with the row's own credential snapshot. Makes no database lock
+ * across the remote calls; writes back only confirmed outcomes (cleanup or adoption). Retry
+ * bookkeeping stays with the caller (the maintenance retry pass advances it at claim time).
+ */
+export async function withdrawRow(q: Q, keys: KeyRing, row: WithdrawTarget, opts: WithdrawOptions) {
+  const result = await remoteWithdraw(keys, row, opts);
+  if (result.kind === 'adopt') {
+    await adoptReaction(q, row.id, result.reactionId);
+    return { outcome: 'adopted' } satisfies WithdrawResult;
+  }
+  if (result.kind === 'gone' || (result.kind === 'not_found' && row.past_retention)) {
+    await recordCleaned(q, row.id);
+    return {
+      outcome: result.kind === 'gone' && result.deleted > 0 ? 'cleaned' : 'already_gone',
+    } as WithdrawResult;
+  }
+  if (result.kind === 'not_found' || result.kind === 'found')
+    return { outcome: 'unconfirmed' } as WithdrawResult;
+  if (result.kind === 'retryable')
+    return {
+      outcome: 'retryable',
+      code: result.code,
+      retryAfterSeconds: result.retryAfterSeconds,
+    } as WithdrawResult;
+  return { outcome: 'permanent', code: result.code } as WithdrawResult;
+}
+
+async function remoteWithdraw(
+  keys: KeyRing,
+  row: WithdrawTarget,
+  opts: WithdrawOptions,
+): Promise<RemoteOutcome | { kind: 'adopt'; reactionId: string }> {
+  if (!row.credential_snapshot) return { kind: 'permanent', code: 0 };
+  let client: Awaited<ReturnType<typeof clientFor>>;
+  try {
+    client = await clientFor(keys, row.id, row.credential_snapshot, opts.fetch);
+  } catch {
+    return { kind: 'permanent', code: 0 };
+  }
+  if (row.reaction_id) return deleteExact(client, row.source_message_id, row.reaction_id, opts.deadline);
+  const mode = opts.mode ?? (row.settled_at ? 'withdraw' : 'resolve');
+  if (mode === 'withdraw') return sweepOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
+  const found = await findOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
+  return found.kind === 'found' ? { kind: 'adopt', reactionId: found.reactionIds[0]! } : found;
+}
+
+/** How many rows of one settlement are withdrawn at once after commit. */
+const WITHDRAW_CONCURRENCY = 8;
+
+/**
+ * After the terminal transaction COMMITS: withdraws the badges of the rows it settled. An Add
+ * still in flight (pending, under a minute old) is left to the Add itself, which sees the
+ * settlement when it records its result. Failures are scheduled for the retry pass.
+ */
+export async function withdrawAfterCommit(
+  pool: Pool,
+  keys: KeyRing,
+  ids: string[],
+  opts: { fetch?: typeof fetch; budgetMs?: number } = {},
+): Promise<Record<string, WithdrawResult['outcome'] | 'left_to_add'>> {
+  const targets = await loadTargets(pool, ids);
+  const out: Record<string, WithdrawResult['outcome'] | 'left_to_add'> = {};
+  const queue = [...targets];
+  const worker = async () => {
+    for (let row = queue.shift(); row; row = queue.shift()) {
+      if (row.young_pending) {
+        out[row.id] = 'left_to_add';
+        continue;
+      }
+      const deadline = new Deadline(opts.budgetMs ?? WITHDRAW_BUDGET_MS);
+      const r = await withdrawRow(pool, keys, row, { deadline, mode: 'withdraw', fetch: opts.fetch }).catch(
+        () => ({ outcome: 'retryable', code: 0 }) as WithdrawResult,
+      );
+      out[row.id] = r.outcome;
+      if (r.outcome === 'retryable' || r.outcome === 'permanent' || r.outcome === 'unconfirmed') {
+        const code = 'code' in r ? r.code : 0;
+        log.warn('typing_withdraw_failed', { rowId: row.id, outcome: r.outcome, code });
+        const wait = 'retryAfterSeconds' in r && r.retryAfterSeconds ? r.retryAfterSeconds * 1000 : 0;
+        await scheduleRetry(pool, row.id, wait, `withdraw:${r.outcome}:${code}`).catch(() => undefined);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(WITHDRAW_CONCURRENCY, targets.length) }, worker));
+  return out;
+}
+
+/** The settled rows of one turn still owing a withdrawal (for an after-commit effect that only knows the cutoff). */
+export async function settledRowIds(
+  q: Q,
+  cut: { sessionId: string; contextRevision: number | bigint; cutoffPosition: number | bigint },
+): Promise<string[]> {
+  const { rows } = await q.query<{ id: string }>(
+    `select id from channel_typing_reaction
+     where session_id = $1 and context_revision = $2 and input_position <= $3
+       and settled_at is not null and cleaned_at is null and abandoned_at is null
+     order by input_position limit 1000`,
+    [cut.sessionId, String(cut.contextRevision), String(cut.cutoffPosition)],
+  );
+  return rows.map((r) => r.id);
+}
