@@ -1,14 +1,209 @@
 import { DurableObject } from 'cloudflare:workers';
-import type { Env } from '../workers/env';
+import { type Clock, Deadline, systemClock } from '../workers/clock';
+import { openPool } from '../workers/db/pool';
+import { withTx } from '../workers/db/tx';
+import { type Config, type Env, loadConfig } from '../workers/env';
+import { log } from '../workers/log';
+import { limitsFrom } from '../workers/retention/eligibility';
+import { checkPrerequisites, type Prerequisites } from '../workers/retention/prerequisites';
+import { type RunOutcome, runRetention } from '../workers/retention/run';
+import { CleanupStore, type RunRecord } from '../workers/retention/state';
+import type { EnableResult, RetentionStatus, ScheduledResult, StopResult } from '../workers/retention/types';
 
 /**
- * Singleton owner of the hourly receipt and fence cleanup. Starts disabled; the hourly cron
- * asks it to run and it decides from its own stored state.
+ * Singleton owner of the hourly receipt and fence cleanup (docs/retention.md). Starts
+ * disabled. The `0 * * * *` cron calls `scheduledRun`; there is no alarm and no
+ * continuation: a run that does not finish leaves its cursor for the next cron tick, so
+ * nothing can schedule itself after a stop.
+ *
+ * Stop protocol: persist a new stop generation (the acknowledgement), then disable, then
+ * wait for the batch already admitted to drain. Every batch is admitted synchronously
+ * against the stored generation and enabled flag, in the same turn that starts it.
  */
 export class RetentionCleanup extends DurableObject<Env> {
-  async scheduledRun(scheduledTime: number): Promise<{ ran: boolean; reason: string }> {
+  /** Tests replace it to move the run deadline and the budget day without sleeping. */
+  clock: Clock = systemClock;
+  private running: Promise<RunRecord> | null = null;
+  private inFlight: Promise<unknown> | null = null;
+  private storeCache: CleanupStore | null = null;
+
+  private config(): Config {
+    return loadConfig(this.env);
+  }
+
+  private store(): CleanupStore {
+    const config = this.config();
+    this.storeCache ??= new CleanupStore(this.ctx.storage.sql, {
+      dbBatchBudget: config.RETENTION_DAILY_DB_BATCHES,
+      workerOpBudget: config.RETENTION_DAILY_WORKER_OPS,
+    });
+    return this.storeCache;
+  }
+
+  async scheduledRun(scheduledTime: number): Promise<ScheduledResult> {
+    const store = this.store();
     await this.ctx.storage.put('lastCronAt', scheduledTime);
-    return { ran: false, reason: 'disabled' };
+    const state = store.read();
+    if (!state.enabled) return { ran: false, reason: 'disabled' };
+    // A redelivered tick is not a second run: the cron is the only retry there is.
+    if (state.lastScheduledTime !== null && scheduledTime <= state.lastScheduledTime)
+      return { ran: false, reason: 'duplicate' };
+    if (this.running) return { ran: false, reason: 'already_running' };
+    store.markScheduled(scheduledTime);
+    if (!store.spend('worker', this.clock.now())) {
+      const record = this.emptyRecord(scheduledTime, 'budget', state.stopGeneration);
+      store.record(record);
+      return { ran: false, reason: 'budget', run: record };
+    }
+    this.running = this.run(scheduledTime, state.stopGeneration);
+    try {
+      const run = await this.running;
+      return { ran: true, reason: run.outcome, run };
+    } finally {
+      this.running = null;
+    }
+  }
+
+  private emptyRecord(scheduledTime: number, outcome: RunOutcome, stopGeneration: number): RunRecord {
+    const now = this.clock.now();
+    return {
+      scheduledTime,
+      startedAt: now,
+      durationMs: 0,
+      stopGeneration,
+      outcome,
+      rowsSelected: 0,
+      rowsDeleted: 0,
+      batches: 0,
+      oldestEligibleAgeMs: null,
+      error: null,
+    };
+  }
+
+  private async run(scheduledTime: number, generation: number): Promise<RunRecord> {
+    const config = this.config();
+    const store = this.store();
+    const startedAt = this.clock.now();
+    const pool = openPool(config, 1);
+    try {
+      const report = await runRetention({
+        pool,
+        limits: limitsFrom(config),
+        cursor: store.read().cursor,
+        deadline: new Deadline(config.RETENTION_RUN_DEADLINE_MS, this.clock),
+        batchTimeoutMs: config.RETENTION_BATCH_TIMEOUT_MS,
+        hooks: {
+          admit: () => {
+            const s = store.read();
+            if (!s.enabled || s.stopGeneration !== generation) return 'stopped';
+            return store.spend('db', this.clock.now()) ? 'ok' : 'budget';
+          },
+          track: (work) => {
+            this.inFlight = work;
+            const clear = () => {
+              if (this.inFlight === work) this.inFlight = null;
+            };
+            work.then(clear, clear);
+          },
+          saveCursor: (cursor) => store.setCursor(cursor),
+        },
+      });
+      const record: RunRecord = {
+        ...report,
+        scheduledTime,
+        startedAt,
+        durationMs: this.clock.now() - startedAt,
+        stopGeneration: generation,
+      };
+      store.record(record);
+      log.info('retention_run', { ...record });
+      return record;
+    } finally {
+      // The in-flight statement (if the request bound gave up on it) still owns the pool.
+      const pending = this.inFlight;
+      void (pending ? pending.catch(() => undefined) : Promise.resolve()).then(() => pool.end());
+    }
+  }
+
+  async enable(budgets: { dbBatchBudget?: number; workerOpBudget?: number } = {}): Promise<EnableResult> {
+    const config = this.config();
+    const pool = openPool(config, 1);
+    let prerequisites: Prerequisites;
+    try {
+      prerequisites = await withTx(pool, { budgetMs: config.RETENTION_BATCH_TIMEOUT_MS }, (c) =>
+        checkPrerequisites(c, config),
+      );
+    } finally {
+      await pool.end();
+    }
+    if (!prerequisites.satisfied) return { enabled: false, reason: prerequisites.reason!, prerequisites };
+    const capped = {
+      dbBatchBudget:
+        budgets.dbBatchBudget && Math.min(budgets.dbBatchBudget, config.RETENTION_DAILY_DB_BATCHES),
+      workerOpBudget:
+        budgets.workerOpBudget && Math.min(budgets.workerOpBudget, config.RETENTION_DAILY_WORKER_OPS),
+    };
+    this.store().enable(this.clock.now(), capped);
+    log.info('retention_enabled', { stopGeneration: this.store().read().stopGeneration });
+    return { enabled: true, reason: null, prerequisites, status: await this.status() };
+  }
+
+  async stop(): Promise<StopResult> {
+    const store = this.store();
+    const acknowledgedAt = this.clock.now();
+    const stopGeneration = store.bumpStopGeneration(acknowledgedAt);
+    // The generation is durable before execution is disabled (and before we answer).
+    await this.ctx.storage.sync();
+    log.info('retention_stop_acknowledged', { stopGeneration });
+    store.disable();
+    await this.ctx.storage.deleteAlarm();
+    const admitted = this.inFlight;
+    let batch: StopResult['drained']['batch'] = null;
+    if (admitted) {
+      batch = await admitted.then(
+        (r) => {
+          const b = r as { selected?: number; deleted?: number };
+          return { settled: 'completed' as const, selected: b.selected ?? 0, deleted: b.deleted ?? 0 };
+        },
+        () => ({ settled: 'failed' as const, selected: 0, deleted: 0 }),
+      );
+    }
+    // The run itself sees the new generation before its next batch and ends.
+    const run = this.running ? await this.running.catch(() => null) : null;
+    await this.ctx.storage.sync();
+    return {
+      stopGeneration,
+      acknowledgedAt,
+      enabled: false,
+      completedAt: this.clock.now(),
+      drained: {
+        batchInFlight: admitted !== null,
+        batch,
+        run: run && { outcome: run.outcome, batches: run.batches },
+      },
+    };
+  }
+
+  async status(): Promise<RetentionStatus> {
+    const s = this.store().read();
+    return {
+      enabled: s.enabled,
+      stopGeneration: s.stopGeneration,
+      enabledAt: s.enabledAt,
+      stopAcknowledgedAt: s.stopAcknowledgedAt,
+      running: this.running !== null,
+      batchInFlight: this.inFlight !== null,
+      // Position only: the table and timestamp, never the actor or operation of the key.
+      cursor: s.cursor && { table: s.cursor.table, createdAt: s.cursor.createdAt },
+      lastScheduledTime: s.lastScheduledTime,
+      alarmAt: await this.ctx.storage.getAlarm(),
+      budgets: {
+        day: s.budgetDay,
+        dbBatches: { used: s.dbBatchesUsed, limit: s.dbBatchBudget },
+        workerOps: { used: s.workerOpsUsed, limit: s.workerOpBudget },
+      },
+      history: this.store().history(),
+    };
   }
 
   async lastCronAt(): Promise<number | null> {

@@ -7,6 +7,7 @@ import { installations as larkInstallations } from './installations/routes';
 import { init, renderError } from './middleware';
 import { reactionAdmin } from './reaction-tickets/admin-routes';
 import { reactionApi } from './reaction-tickets/routes';
+import { retentionAdmin } from './retention/routes';
 
 /** The HTTP surface. Feature folders own their routes; this file only mounts them. */
 export function createApp() {
@@ -17,6 +18,7 @@ export function createApp() {
   app.route('/admin/lark/installations', larkInstallations);
   app.route('/', reactionApi);
   app.route('/', reactionAdmin);
+  app.route('/', retentionAdmin);
   app.notFound((c) =>
     renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
   );

@@ -26,6 +26,16 @@ export interface Env {
   REACTION_TICKET_RATE_PER_MINUTE?: string;
   REACTION_TX_BUDGET_MS?: string;
   REACTION_LOCK_TIMEOUT_MS?: string;
+  CHANNEL_DEBOUNCE_MS?: string;
+  AGENT_URL?: string;
+  AGENT_TIMEOUT_MS?: string;
+  RETENTION_RECEIPT_DAYS?: string;
+  RETENTION_FENCE_DAYS?: string;
+  RETENTION_DRAIN_GRACE_MS?: string;
+  RETENTION_RUN_DEADLINE_MS?: string;
+  RETENTION_BATCH_TIMEOUT_MS?: string;
+  RETENTION_DAILY_DB_BATCHES?: string;
+  RETENTION_DAILY_WORKER_OPS?: string;
   TYPING_MAINTENANCE: DurableObjectNamespace<TypingMaintenance>;
   RETENTION_CLEANUP: DurableObjectNamespace<RetentionCleanup>;
   WORKSPACE_QUOTA: DurableObjectNamespace<WorkspaceQuota>;
@@ -67,6 +77,18 @@ export const ConfigSchema = z.object({
   REACTION_TICKET_RATE_PER_MINUTE: intFromString(1, 10_000).default(120),
   REACTION_TX_BUDGET_MS: intFromString(100, 30_000).default(4000),
   REACTION_LOCK_TIMEOUT_MS: intFromString(50, 30_000).default(2500),
+  // Channel engine (docs/channel.md): debounce before a turn; the agent (echo unless AGENT_URL).
+  CHANNEL_DEBOUNCE_MS: intFromString(0, 600_000).default(1500),
+  AGENT_URL: z.string().url().optional(),
+  AGENT_TIMEOUT_MS: intFromString(100, 120_000).default(20_000),
+  // Retention cleanup (docs/retention.md): ages, the drain grace past ticket expiry, run bounds.
+  RETENTION_RECEIPT_DAYS: intFromString(1, 3650).default(30),
+  RETENTION_FENCE_DAYS: intFromString(1, 3650).default(90),
+  RETENTION_DRAIN_GRACE_MS: intFromString(1000, 30 * 86_400_000).default(3_600_000),
+  RETENTION_RUN_DEADLINE_MS: intFromString(1000, 120_000).default(25_000),
+  RETENTION_BATCH_TIMEOUT_MS: intFromString(100, 30_000).default(5000),
+  RETENTION_DAILY_DB_BATCHES: intFromString(0, 100_000).default(264),
+  RETENTION_DAILY_WORKER_OPS: intFromString(0, 10_000).default(48),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;

@@ -1,0 +1,69 @@
+import type { Config } from '../env';
+
+/**
+ * Which receipts and fences the cleanup may delete, as SQL over the stable key
+ * (created_at, actor_id, operation_id) indexed by migration 0060.
+ *
+ * A row is eligible only when all of these hold, each decided from database time (app_now()):
+ *  - it is older than its table's retention (30 days receipts, 90 days fences by default);
+ *  - its ticket expired more than the drain grace ago, or, for a legacy-contract row (no
+ *    ticket), the legacy contract drained more than the drain grace ago. A request admitted
+ *    before expiry may still be inside its transaction for a while; the grace outlives it,
+ *    and every run verifies that no transaction in this database is older than the grace
+ *    (see probe.ts), so nothing that could still read or write the row is alive.
+ * Every receipt is terminal (its outcome is written with it), so age is the only state test.
+ */
+export type RetentionTable = 'receipts' | 'fences';
+
+export const TABLE_NAME: Record<RetentionTable, string> = {
+  receipts: 'private.chat_reaction_operations',
+  fences: 'private.chat_retired_reaction_operations',
+};
+
+/** The order the sweep visits tables; a sweep ends after the last one. */
+export const TABLE_ORDER: readonly RetentionTable[] = ['receipts', 'fences'];
+
+export interface RetentionLimits {
+  receiptRetentionMs: number;
+  fenceRetentionMs: number;
+  drainGraceMs: number;
+}
+
+const DAY_MS = 86_400_000;
+
+export function limitsFrom(
+  config: Pick<Config, 'RETENTION_RECEIPT_DAYS' | 'RETENTION_FENCE_DAYS' | 'RETENTION_DRAIN_GRACE_MS'>,
+): RetentionLimits {
+  return {
+    receiptRetentionMs: config.RETENTION_RECEIPT_DAYS * DAY_MS,
+    fenceRetentionMs: config.RETENTION_FENCE_DAYS * DAY_MS,
+    drainGraceMs: config.RETENTION_DRAIN_GRACE_MS,
+  };
+}
+
+export function retentionMs(limits: RetentionLimits, table: RetentionTable): number {
+  return table === 'receipts' ? limits.receiptRetentionMs : limits.fenceRetentionMs;
+}
+
+/**
+ * The eligibility predicate; `$1` is the retention in ms, `$2` the drain grace in ms. The
+ * first line is the index range bound; the legacy sub-select is uncorrelated (runs once).
+ */
+export const ELIGIBLE = `created_at < app_now() - $1::bigint * interval '1 millisecond'
+  and (ticket_expires_at < app_now() - $2::bigint * interval '1 millisecond'
+    or (contract = 'legacy' and exists (
+      select 1 from private.write_contract_state s
+      where s.contract = 'legacy_desired_state'
+        and s.drained_at < app_now() - $2::bigint * interval '1 millisecond')))`;
+
+/** The position of a sweep: a table and the last stable key done in it (null: its start). */
+export interface RetentionCursor {
+  table: RetentionTable;
+  /** created_at as Postgres text, so microseconds survive the round trip. */
+  createdAt: string;
+  actorId: string;
+  operationId: string;
+}
+
+/** Before every real key: actor and operation IDs are never empty (0020's checks). */
+export const START_KEY = { createdAt: '-infinity', actorId: '', operationId: '' } as const;

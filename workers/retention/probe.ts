@@ -1,0 +1,47 @@
+import type { PoolClient } from '@neondatabase/serverless';
+import { getLegacyContractStatus, type LegacyContractStatus } from '../reaction-tickets/contract';
+import { ELIGIBLE, type RetentionLimits } from './eligibility';
+
+export interface Probe {
+  contract: LegacyContractStatus;
+  /** Age of the longest-running other transaction in this database (0 when none). */
+  oldestTransactionMs: number;
+  /** No transaction in this database is older than the drain grace. */
+  drainVerified: boolean;
+  /** Age of the oldest eligible row over both tables; null when nothing is eligible. */
+  oldestEligibleAgeMs: number | null;
+}
+
+/**
+ * The drain verification: a request that admitted a ticket did so before the ticket's
+ * expiry. When every live transaction started less than `grace` ago and the ticket expired
+ * more than `grace` ago, none of them can have admitted it. pg_stat_activity needs the
+ * pg_read_all_stats role (or the same role as the API) to see other sessions' xact_start.
+ */
+const PROBE_SQL = `select
+    (select coalesce(max(extract(epoch from clock_timestamp() - xact_start) * 1000), 0)::bigint
+       from pg_stat_activity
+      where datname = current_database() and xact_start is not null and pid <> pg_backend_pid())
+      as oldest_xact_ms,
+    extract(epoch from app_now() - least(
+      (select created_at from private.chat_reaction_operations where ${ELIGIBLE}
+        order by created_at, actor_id, operation_id limit 1),
+      (select created_at from private.chat_retired_reaction_operations where ${ELIGIBLE.replaceAll('$1', '$3')}
+        order by created_at, actor_id, operation_id limit 1))) * 1000 as oldest_eligible_ms`;
+
+/** One read-only look before a run: prerequisites, drain verification, anything to do. */
+export async function probe(client: Pick<PoolClient, 'query'>, limits: RetentionLimits): Promise<Probe> {
+  const contract = await getLegacyContractStatus(client);
+  const { rows } = await client.query<{ oldest_xact_ms: string; oldest_eligible_ms: number | null }>(
+    PROBE_SQL,
+    [limits.receiptRetentionMs, limits.drainGraceMs, limits.fenceRetentionMs],
+  );
+  const oldestTransactionMs = Number(rows[0]!.oldest_xact_ms);
+  const age = rows[0]!.oldest_eligible_ms;
+  return {
+    contract,
+    oldestTransactionMs,
+    drainVerified: oldestTransactionMs < limits.drainGraceMs,
+    oldestEligibleAgeMs: age === null ? null : Math.round(Number(age)),
+  };
+}

@@ -1,0 +1,131 @@
+import type { Pool, PoolClient } from '@neondatabase/serverless';
+import type { Deadline } from '../clock';
+import { sqlState, withTx } from '../db/tx';
+import { type BatchResult, deleteBatch } from './batch';
+import { type RetentionCursor, type RetentionLimits, START_KEY, TABLE_ORDER } from './eligibility';
+import { probe } from './probe';
+
+/** At most this many delete batches per run, fixed by the spec. */
+export const MAX_BATCHES = 10;
+/** A batch is not started with less than this left before the run's deadline. */
+export const MIN_BATCH_MS = 200;
+/** The Worker-side bound on one statement: its statement_timeout plus this much transport. */
+export const REQUEST_SLACK_MS = 1000;
+
+export type RunOutcome =
+  | 'empty' // nothing eligible: finished after one read
+  | 'complete' // the sweep reached the end of both tables
+  | 'batch_limit' // ten batches done; the cursor resumes at the next run
+  | 'deadline' // the execution deadline came first
+  | 'budget' // a daily budget is spent
+  | 'stopped' // a stop generation or disable was seen before a batch
+  | 'prerequisites' // the legacy contract is not closed and drained
+  | 'drain_unverified' // a transaction older than the drain grace is alive
+  | 'failed'; // a statement failed; no retry, the next run resumes
+
+export type Admission = 'ok' | 'stopped' | 'budget';
+
+/** What the owner supplies: admission (stop generation and budgets) and durable progress. */
+export interface RunHooks {
+  /** Called synchronously right before each database round (probe or batch). */
+  admit(kind: 'probe' | 'batch'): Admission;
+  /** The statement now in flight, so a stop can wait for it to drain. */
+  track(work: Promise<unknown>): void;
+  saveCursor(cursor: RetentionCursor | null): void;
+}
+
+export interface RunOptions {
+  pool: Pool;
+  limits: RetentionLimits;
+  cursor: RetentionCursor | null;
+  deadline: Deadline;
+  batchTimeoutMs: number;
+  hooks: RunHooks;
+  maxBatches?: number;
+}
+
+/** A run's record: counts and ages only, never a key, actor, message, emoji or operation. */
+export interface RunReport {
+  outcome: RunOutcome;
+  rowsSelected: number;
+  rowsDeleted: number;
+  batches: number;
+  oldestEligibleAgeMs: number | null;
+  error: string | null;
+}
+
+class RequestDeadline extends Error {
+  code = 'request_deadline';
+}
+
+/** Stops waiting after `ms`; the statement itself is ended by its own statement_timeout. */
+async function within<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new RequestDeadline()), ms);
+  });
+  try {
+    return await Promise.race([work, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The start of the next table, or null when the sweep is complete. */
+function nextTable(done: BatchResult): RetentionCursor | null {
+  const next = TABLE_ORDER[TABLE_ORDER.indexOf(done.table) + 1];
+  return next ? { table: next, ...START_KEY } : null;
+}
+
+export async function runRetention(opts: RunOptions): Promise<RunReport> {
+  const { pool, limits, deadline, hooks } = opts;
+  const report: RunReport = {
+    outcome: 'empty',
+    rowsSelected: 0,
+    rowsDeleted: 0,
+    batches: 0,
+    oldestEligibleAgeMs: null,
+    error: null,
+  };
+  const statement = <T>(fn: (client: PoolClient) => Promise<T>): Promise<T> => {
+    const budgetMs = Math.min(opts.batchTimeoutMs, deadline.remaining());
+    // maxAttempts 1: no automatic retry; a failed statement ends the run.
+    const work = withTx(pool, { budgetMs, lockTimeoutMs: budgetMs, maxAttempts: 1 }, fn);
+    hooks.track(work);
+    return within(work, budgetMs + REQUEST_SLACK_MS);
+  };
+  try {
+    const first = hooks.admit('probe');
+    if (first !== 'ok') return { ...report, outcome: first };
+    const look = await statement((c) => probe(c, limits));
+    report.oldestEligibleAgeMs = look.oldestEligibleAgeMs;
+    if (!look.contract.closedAndDrained) return { ...report, outcome: 'prerequisites' };
+    if (!look.drainVerified) return { ...report, outcome: 'drain_unverified' };
+    if (look.oldestEligibleAgeMs === null) {
+      hooks.saveCursor(null);
+      return report;
+    }
+    let cursor = opts.cursor;
+    for (;;) {
+      if (report.batches >= (opts.maxBatches ?? MAX_BATCHES)) return { ...report, outcome: 'batch_limit' };
+      if (deadline.remaining() < MIN_BATCH_MS) return { ...report, outcome: 'deadline' };
+      const admission = hooks.admit('batch');
+      if (admission !== 'ok') return { ...report, outcome: admission };
+      const table = cursor?.table ?? TABLE_ORDER[0]!;
+      const done = await statement((c) => deleteBatch(c, table, limits, cursor));
+      report.batches += 1;
+      report.rowsSelected += done.selected;
+      report.rowsDeleted += done.deleted;
+      cursor = done.exhausted ? nextTable(done) : done.last;
+      hooks.saveCursor(cursor);
+      if (done.exhausted && cursor === null) return { ...report, outcome: 'complete' };
+    }
+  } catch (err) {
+    const code = err instanceof RequestDeadline ? 'request_deadline' : (sqlState(err) ?? 'error');
+    return {
+      ...report,
+      outcome: code === 'request_deadline' || code === '57014' ? 'deadline' : 'failed',
+      error: code,
+    };
+  }
+}
