@@ -31,6 +31,8 @@ export default defineConfig({
                 SECRET_KEYS: TEST_SECRET_KEYS,
                 LOG_LEVEL: 'warn',
                 ACTOR_JWT_SECRET: TEST_ACTOR_JWT_SECRET,
+                // Channel engine: long enough that tests drive the debounce (DB clock + DO alarm).
+                CHANNEL_DEBOUNCE_MS: '20000',
               },
             },
           })),

@@ -31,6 +31,8 @@ export const ERROR_STATUS = {
   bad_environment: 500,
   service_unavailable: 503,
   timeout: 504,
+  agent_failed: 502,
+  agent_timeout: 504,
 } as const satisfies Record<string, ContentfulStatusCode>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

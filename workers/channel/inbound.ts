@@ -1,7 +1,20 @@
 import type { PoolClient } from '@neondatabase/serverless';
+import { actorHostStub } from '../../durable-objects/actor-host';
+import { enqueueMessage, ensureInstance } from '../effects/mailbox';
 import type { Config, Env } from '../env';
 import type { Installation } from '../installations/store';
 import type { MessageReceiveEvent } from '../lark/schemas';
+import { log } from '../log';
+import type { InputMessage } from './conversation';
+import './engine';
+import { recordInput } from './inputs';
+import { CONVERSATION_ACTOR, conversationKey, inputText } from './session';
+import {
+  afterInputAnswered,
+  registerTypingInputs,
+  type TypingInput,
+  type TypingRegistration,
+} from './typing-hooks';
 
 /** One accepted `im.message.receive_v1` from a user, already verified and de-duplicated. */
 export interface InboundMessage {
@@ -12,46 +25,86 @@ export interface InboundMessage {
   receivedAtMs: number;
 }
 
-/**
- * THE HOOK the conversation engine replaces. Called by the webhook inside the same
- * transaction that inserted the event's dedup receipt, so the input is recorded exactly
- * once per event_id or not at all (the receipt rolls back with it). It must only write
- * through `tx` and must not call remote services (no lock is held across a remote call).
- *
- * For now it keeps the message in lark_inbound_messages. The engine will record the input
- * on the conversation actor here and register the typing ledger row.
- */
-export async function recordInboundMessage(tx: PoolClient, input: InboundMessage): Promise<void> {
-  const { message, sender } = input.event;
-  await tx.query(
-    `insert into lark_inbound_messages
-       (installation_id, event_id, message_id, chat_id, thread_id, root_id, chat_type,
-        sender_open_id, message_type, content, received_at_ms)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-     on conflict (installation_id, message_id) do nothing`,
-    [
-      input.installation.id,
-      input.eventId,
-      message.message_id,
-      message.chat_id,
-      message.thread_id ?? null,
-      message.root_id ?? null,
-      message.chat_type,
-      sender.sender_id?.open_id ?? null,
-      message.message_type,
-      message.content,
-      input.receivedAtMs,
-    ],
-  );
+/** What the transaction recorded, for the work after the answer. */
+export interface RecordedInput {
+  typing: Omit<TypingInput, 'keys'>;
+  registration: TypingRegistration;
 }
 
 /**
- * Runs after the 200 is sent, through `executionCtx.waitUntil`, only for a newly recorded
- * input. Empty for now: the Typing Add goes here. It must open its own pool (the request's
- * pool is ending) and never throw.
+ * Called by the webhook inside the transaction that inserted the event's dedup receipt, so
+ * the input is recorded exactly once per event_id or not at all. Writes only through `tx`,
+ * no remote call: numbers the input on its conversation and stores it (1 round trip),
+ * creates the actor instance the first time (1), puts `in:<position>` in its mailbox (1),
+ * and registers the typing ledger row. Returns null when this Lark message was already
+ * recorded under another event_id.
  */
-export async function afterInboundAnswered(
-  _env: Env,
-  _config: Config,
-  _input: InboundMessage,
-): Promise<void> {}
+export async function recordInboundMessage(
+  tx: PoolClient,
+  input: InboundMessage,
+  keys: Config['SECRET_KEYS'],
+): Promise<RecordedInput | null> {
+  const { message, sender } = input.event;
+  const row = await recordInput(tx, input);
+  if (!row.inserted) return null;
+  const threadId = message.thread_id ?? null;
+  const { installation } = input;
+  if (row.created)
+    await ensureInstance(
+      tx,
+      CONVERSATION_ACTOR,
+      conversationKey({ installationId: installation.id, chatId: message.chat_id, threadId }),
+    );
+  const payload: InputMessage = {
+    session: {
+      installationId: installation.id,
+      workspaceId: installation.workspaceId,
+      appId: installation.appId,
+      chatId: message.chat_id,
+      threadId,
+    },
+    position: row.position,
+    contextRevision: row.contextRevision,
+    messageId: message.message_id,
+    senderOpenId: sender.sender_id?.open_id ?? null,
+    text: inputText(message.message_type, message.content),
+    createdAtMs: row.messageCreatedAtMs,
+  };
+  await enqueueMessage(tx, row.sessionId, `in:${row.position}`, payload);
+  const typing: TypingInput = {
+    sessionId: row.sessionId,
+    installationId: installation.id,
+    workspaceId: installation.workspaceId,
+    appId: installation.appId,
+    chatId: message.chat_id,
+    threadId,
+    messageId: message.message_id,
+    messageCreatedAtMs: row.messageCreatedAtMs,
+    position: row.position,
+    contextRevision: row.contextRevision,
+    receivedAtMs: input.receivedAtMs,
+    installation,
+    keys,
+  };
+  const registration = await registerTypingInputs(tx, typing);
+  const { keys: _keys, ...answered } = typing;
+  return { typing: answered, registration };
+}
+
+/**
+ * Runs after the 200, through `executionCtx.waitUntil`, only for a newly recorded input:
+ * wakes the conversation's ActorHost (the commit is done, so it sees the input) and lets
+ * the ledger send the Typing Add. A lost wake-up is recovered by the minute cron's mailbox
+ * polling. Never throws.
+ */
+export async function afterInboundAnswered(env: Env, config: Config, recorded: RecordedInput): Promise<void> {
+  const { sessionId } = recorded.typing;
+  await Promise.all([
+    actorHostStub(env, sessionId)
+      .wake(sessionId)
+      .catch((err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err })),
+    afterInputAnswered(env, config, { input: recorded.typing, registration: recorded.registration }).catch(
+      (err: unknown) => log.error('channel_typing_after_answer_failed', { sessionId, error: err }),
+    ),
+  ]);
+}

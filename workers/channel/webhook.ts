@@ -7,7 +7,12 @@ import { loadInstallation } from '../installations/store';
 import { MessageReceiveEvent } from '../lark/schemas';
 import { openDelivery } from '../lark/verify';
 import { log } from '../log';
-import { afterInboundAnswered, type InboundMessage, recordInboundMessage } from './inbound';
+import {
+  afterInboundAnswered,
+  type InboundMessage,
+  type RecordedInput,
+  recordInboundMessage,
+} from './inbound';
 
 /** Lark allows 3 s for the answer (1 s for the URL check); the transaction gets half. */
 const WEBHOOK_TX_BUDGET_MS = 1500;
@@ -57,32 +62,35 @@ export const webhook = new Hono<AppEnv>().post('/lark/events/:installationId', a
     receivedAtMs,
   };
   const recorded = await withTx(c.var.db(), { budgetMs: WEBHOOK_TX_BUDGET_MS }, (tx) =>
-    acceptOnce(tx, inbound),
+    acceptOnce(tx, inbound, c.var.config.SECRET_KEYS),
   );
   if (!recorded) return c.json({ ok: true, duplicate: true });
-  runAfterAnswer(c, inbound);
+  runAfterAnswer(c, recorded);
   return c.json({ ok: true });
 });
 
 /** The dedup receipt and the input, together: a duplicate event_id records nothing. */
-async function acceptOnce(tx: PoolClient, inbound: InboundMessage): Promise<boolean> {
+async function acceptOnce(
+  tx: PoolClient,
+  inbound: InboundMessage,
+  keys: AppEnv['Variables']['config']['SECRET_KEYS'],
+): Promise<RecordedInput | null> {
   const { rowCount } = await tx.query(
     `insert into lark_event_receipts (installation_id, event_id, event_type)
      values ($1, $2, 'im.message.receive_v1')
      on conflict do nothing`,
     [inbound.installation.id, inbound.eventId],
   );
-  if (!rowCount) return false;
-  await recordInboundMessage(tx, inbound);
-  return true;
+  if (!rowCount) return null;
+  return recordInboundMessage(tx, inbound, keys);
 }
 
 function runAfterAnswer(
   c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: ExecutionContext },
-  inbound: InboundMessage,
+  recorded: RecordedInput,
 ) {
-  const task = afterInboundAnswered(c.env, c.var.config, inbound).catch((err: unknown) =>
-    log.error('lark_after_answer_failed', { installationId: inbound.installation.id, error: err }),
+  const task = afterInboundAnswered(c.env, c.var.config, recorded).catch((err: unknown) =>
+    log.error('lark_after_answer_failed', { installationId: recorded.typing.installationId, error: err }),
   );
   try {
     c.executionCtx.waitUntil(task);

@@ -1,0 +1,59 @@
+import { z } from 'zod';
+import { AppError } from '../errors';
+import { type Agent, type AgentTurn, MAX_REPLY_TEXT } from './types';
+
+const AgentAnswer = z.object({ text: z.string().min(1) });
+
+export interface HttpAgentOptions {
+  url: string;
+  timeoutMs: number;
+  fetch?: typeof fetch;
+}
+
+/**
+ * An agent behind HTTP: `POST <AGENT_URL>` with the turn as JSON
+ * (`{session_id, turn, generation, context_revision, inputs:[{position, message_id, sender_open_id, text}]}`),
+ * answered by `{"text": "..."}`. Bounded by `timeoutMs` and the caller's signal. The same
+ * turn may be sent again (a replacement generation): agents should treat
+ * (session_id, turn) as the idempotency key; the Lark post itself is deduplicated anyway.
+ */
+export function httpAgent(opts: HttpAgentOptions): Agent {
+  const fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+  return {
+    name: 'http',
+    async reply(turn: AgentTurn, signal: AbortSignal) {
+      const bounded = AbortSignal.any([signal, AbortSignal.timeout(opts.timeoutMs)]);
+      let res: Response;
+      try {
+        res = await fetchFn(opts.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            session_id: turn.sessionId,
+            turn: turn.turnNo,
+            generation: turn.generation,
+            context_revision: turn.contextRevision,
+            inputs: turn.inputs.map((i) => ({
+              position: i.position,
+              message_id: i.messageId,
+              sender_open_id: i.senderOpenId,
+              text: i.text,
+            })),
+          }),
+          signal: bounded,
+        });
+      } catch (err) {
+        if (bounded.aborted)
+          throw new AppError('agent_timeout', `agent did not answer within ${opts.timeoutMs} ms`);
+        throw new AppError('agent_failed', `agent unreachable: ${err instanceof Error ? err.name : 'error'}`);
+      }
+      if (!res.ok) {
+        await res.body?.cancel();
+        throw new AppError('agent_failed', `agent answered HTTP ${res.status}`);
+      }
+      const parsed = AgentAnswer.safeParse(await res.json().catch(() => null));
+      if (!parsed.success) throw new AppError('agent_failed', 'agent answer is not {"text": string}');
+      return { text: parsed.data.text.slice(0, MAX_REPLY_TEXT) };
+    },
+  };
+}

@@ -1,0 +1,33 @@
+/** One input of a turn, as an agent sees it (no secrets, no Lark credentials). */
+export interface AgentInput {
+  position: number;
+  messageId: string;
+  senderOpenId: string | null;
+  text: string;
+}
+
+export interface AgentTurn {
+  sessionId: string;
+  turnNo: number;
+  /** Replacement generation of this turn's reply (1 for the first attempt). */
+  generation: number;
+  contextRevision: number;
+  /** Every coalesced input, oldest first; the last one is the message replied to. */
+  inputs: AgentInput[];
+}
+
+export interface AgentReply {
+  text: string;
+}
+
+/**
+ * Produces the reply for one turn. `signal` aborts at the agent's timeout (or when the
+ * effect's own budget ends); an agent must stop then. Throwing fails the generation.
+ */
+export interface Agent {
+  name: string;
+  reply(turn: AgentTurn, signal: AbortSignal): Promise<AgentReply>;
+}
+
+/** Longest reply text posted to Lark (its text limit is far above; a runaway agent is not). */
+export const MAX_REPLY_TEXT = 8000;

@@ -1,0 +1,275 @@
+import type { ActorContext, ActorEvent, ActorType } from '../effects/registry';
+import type { EffectHandle } from '../effects/types';
+import { CONVERSATION_ACTOR } from './session';
+import { insertTurn, replaceTurnEffect, settleTurnRow } from './turns';
+import { settleTurnInputs, type TurnOutcome, type TurnSettlement } from './typing-hooks';
+
+export const REPLY_KIND = 'channel.reply';
+export const SETTLED_KIND = 'channel.turn-settled';
+/** Generations of one turn's reply (first run + replacements after failure or recovery). */
+export const MAX_GENERATIONS = 3;
+/** At most this many inputs per turn; the rest wait for the next one. */
+export const MAX_TURN_INPUTS = 50;
+
+export interface ConversationSettings {
+  /** Quiet time after the newest input before a turn starts. */
+  debounceMs: number;
+  /** A burst never delays its first input longer than this. */
+  maxDebounceMs: number;
+}
+
+/** The mailbox payload the webhook enqueues (key `in:<position>`). */
+export interface InputMessage {
+  session: SessionInfo;
+  position: number;
+  contextRevision: number;
+  messageId: string;
+  senderOpenId: string | null;
+  text: string;
+  createdAtMs: number | null;
+}
+
+export interface SessionInfo {
+  installationId: string;
+  workspaceId: string;
+  appId: string;
+  chatId: string;
+  threadId: string | null;
+}
+
+export type TurnInput = Omit<InputMessage, 'session'>;
+
+export interface RunningTurn {
+  turnNo: number;
+  contextRevision: number;
+  inputs: TurnInput[];
+  cutoffPosition: number;
+  anchorMessageId: string;
+  /** The Lark `uuid` of the reply: the first generation's effect id, for every generation. */
+  deliveryKey: string;
+  generation: number;
+  current: EffectHandle;
+}
+
+export interface ConversationState {
+  session: SessionInfo | null;
+  pending: TurnInput[];
+  firstPendingAtMs: number | null;
+  dueAtMs: number | null;
+  turnNo: number;
+  turn: RunningTurn | null;
+  lastOutcome: { turnNo: number; outcome: TurnOutcome } | null;
+}
+
+/** The `channel.reply` effect's arguments (no secrets: the executor loads the installation). */
+export interface ReplyArgs {
+  sessionId: string;
+  session: SessionInfo;
+  turnNo: number;
+  generation: number;
+  contextRevision: number;
+  anchorMessageId: string;
+  /** null for generation 1: the executor uses its own effect id. */
+  deliveryKey: string | null;
+  inputs: TurnInput[];
+}
+
+/** What a reply run reports on completion. */
+export interface ReplyResult {
+  outcome: 'delivered' | 'anchor_gone' | 'failed';
+  replyMessageId: string | null;
+  reason?: string;
+}
+
+const initial = (): ConversationState => ({
+  session: null,
+  pending: [],
+  firstPendingAtMs: null,
+  dueAtMs: null,
+  turnNo: 0,
+  turn: null,
+  lastOutcome: null,
+});
+
+type Ctx = ActorContext;
+
+/** Splits the runtime's `effect:<id>:<what>` keys. */
+function runtimeKey(key: string): { effectId: string; what: string } | null {
+  const m = /^effect:([0-9a-f-]{36}):(recovery|completed|failed|check:\d+)$/.exec(key);
+  return m ? { effectId: m[1]!, what: m[2]! } : null;
+}
+
+function emitReply(ctx: Ctx, s: ConversationState, t: Omit<RunningTurn, 'current'>, delayMs: number) {
+  const args: ReplyArgs = {
+    sessionId: ctx.instanceId,
+    session: s.session!,
+    turnNo: t.turnNo,
+    generation: t.generation,
+    contextRevision: t.contextRevision,
+    anchorMessageId: t.anchorMessageId,
+    deliveryKey: t.generation === 1 ? null : t.deliveryKey,
+    inputs: t.inputs,
+  };
+  // One attempt per generation: the actor owns retries (replacement generations with the
+  // same delivery key), so a failure or a dead process always comes back as a message.
+  return ctx.emit(REPLY_KIND, args, {
+    recovery: { operation: 'settle-turn' },
+    notifyOnComplete: true,
+    maxAttempts: 1,
+    delayMs,
+  });
+}
+
+/** Flush: the pending inputs (up to MAX_TURN_INPUTS) become one turn with one reply. */
+function startTurn(s: ConversationState, ctx: Ctx, settings: ConversationSettings): ConversationState {
+  const inputs = s.pending.slice(0, MAX_TURN_INPUTS);
+  const rest = s.pending.slice(MAX_TURN_INPUTS);
+  const anchor = inputs[inputs.length - 1]!;
+  const base = {
+    turnNo: s.turnNo + 1,
+    contextRevision: anchor.contextRevision,
+    inputs,
+    cutoffPosition: anchor.position,
+    anchorMessageId: anchor.messageId,
+    generation: 1,
+    deliveryKey: '',
+  };
+  const current = emitReply(ctx, s, base, 0);
+  const turn: RunningTurn = { ...base, deliveryKey: current.effectId, current };
+  const sessionId = ctx.instanceId;
+  ctx.inCommit((tx) =>
+    insertTurn(tx, {
+      sessionId,
+      turnNo: turn.turnNo,
+      contextRevision: turn.contextRevision,
+      firstPosition: inputs[0]!.position,
+      cutoffPosition: turn.cutoffPosition,
+      inputCount: inputs.length,
+      anchorMessageId: turn.anchorMessageId,
+      deliveryKey: turn.deliveryKey,
+      effectId: current.effectId,
+    }),
+  );
+  const next: ConversationState = {
+    ...s,
+    turnNo: turn.turnNo,
+    turn,
+    pending: rest,
+    firstPendingAtMs: null,
+    dueAtMs: null,
+  };
+  if (rest.length > 0) {
+    next.firstPendingAtMs = ctx.nowMs;
+    next.dueAtMs = ctx.nowMs + settings.debounceMs;
+  }
+  return next;
+}
+
+function replace(s: ConversationState, ctx: Ctx, delayMs: number): ConversationState {
+  const t = s.turn!;
+  const generation = t.generation + 1;
+  const current = emitReply(ctx, s, { ...t, generation }, delayMs);
+  const sessionId = ctx.instanceId;
+  ctx.inCommit((tx) => replaceTurnEffect(tx, sessionId, t.turnNo, generation, current.effectId));
+  // The host runs due effects when it wakes; the timer is that wake-up.
+  ctx.setTimer(ctx.nowMs + delayMs);
+  return { ...s, turn: { ...t, generation, current } };
+}
+
+/** Terminal: outcome and ledger settlement in this commit; badge withdrawal as an effect. */
+function settle(
+  s: ConversationState,
+  ctx: Ctx,
+  outcome: TurnOutcome,
+  replyMessageId: string | null,
+): ConversationState {
+  const t = s.turn!;
+  const session = s.session!;
+  const settlement: TurnSettlement = {
+    sessionId: ctx.instanceId,
+    installationId: session.installationId,
+    workspaceId: session.workspaceId,
+    appId: session.appId,
+    turnNo: t.turnNo,
+    contextRevision: t.contextRevision,
+    cutoffPosition: t.cutoffPosition,
+    positions: t.inputs.map((i) => i.position),
+    messageIds: t.inputs.map((i) => i.messageId),
+    anchorMessageId: t.anchorMessageId,
+    outcome,
+    taskless: false,
+    replyMessageId,
+  };
+  ctx.inCommit(async (tx) => {
+    if (await settleTurnRow(tx, settlement.sessionId, t.turnNo, outcome, replyMessageId))
+      await settleTurnInputs(tx, settlement);
+  });
+  ctx.emit(SETTLED_KIND, settlement, { maxAttempts: 3 });
+  // Wake at once: runs the settled effect, and the next turn if its debounce is already due.
+  ctx.setTimer(ctx.nowMs);
+  return { ...s, turn: null, lastOutcome: { turnNo: t.turnNo, outcome } };
+}
+
+function onInput(s: ConversationState, msg: InputMessage, ctx: Ctx, settings: ConversationSettings) {
+  const known =
+    s.pending.some((p) => p.position === msg.position) || (s.turn?.cutoffPosition ?? 0) >= msg.position;
+  if (known) return s;
+  const { session, ...input } = msg;
+  const first = s.firstPendingAtMs ?? ctx.nowMs;
+  const dueAtMs = Math.min(ctx.nowMs + settings.debounceMs, first + settings.maxDebounceMs);
+  const pending = [...s.pending, input].sort((a, b) => a.position - b.position);
+  // During a turn the timer is left alone: the turn's end re-arms it for these inputs.
+  if (!s.turn) ctx.setTimer(dueAtMs);
+  return { ...s, session: s.session ?? session, pending, firstPendingAtMs: first, dueAtMs };
+}
+
+function onTimer(s: ConversationState, ctx: Ctx, settings: ConversationSettings): ConversationState {
+  if (s.turn || s.pending.length === 0) return s;
+  if (s.dueAtMs !== null && s.dueAtMs > ctx.nowMs) {
+    ctx.setTimer(s.dueAtMs);
+    return s;
+  }
+  return startTurn(s, ctx, settings);
+}
+
+function onRuntime(
+  s: ConversationState,
+  key: { effectId: string; what: string },
+  payload: unknown,
+  ctx: Ctx,
+) {
+  // The one guard: only the running turn's current generation may move the turn.
+  if (!s.turn || s.turn.current.effectId !== key.effectId) return s;
+  if (key.what === 'completed') {
+    const r = ((payload as { result?: ReplyResult }).result ?? {}) as Partial<ReplyResult>;
+    const outcome: TurnOutcome =
+      r.outcome === 'delivered' ? 'delivered' : r.outcome === 'anchor_gone' ? 'anchor_gone' : 'failed';
+    return settle(s, ctx, outcome, r.replyMessageId ?? null);
+  }
+  if (key.what === 'failed') {
+    if (s.turn.generation >= MAX_GENERATIONS) return settle(s, ctx, 'failed', null);
+    return replace(s, ctx, 1000 * 2 ** (s.turn.generation - 1));
+  }
+  if (key.what === 'recovery') {
+    // The process died: it may or may not have posted. The replacement reuses the delivery
+    // key, so Lark keeps at most one reply; after the last generation the turn is retired.
+    if (s.turn.generation >= MAX_GENERATIONS) return settle(s, ctx, 'retired', null);
+    return replace(s, ctx, 0);
+  }
+  return s; // check answers: status never moves the turn
+}
+
+/** The conversation actor; settings are read per event (they come from the environment). */
+export function conversationActor(settings: () => ConversationSettings): ActorType<ConversationState> {
+  return {
+    type: CONVERSATION_ACTOR,
+    initialState: initial,
+    handle(event: ActorEvent, state: ConversationState, ctx) {
+      const s = { ...initial(), ...state };
+      if (event.type === 'timer') return onTimer(s, ctx, settings());
+      if (event.key.startsWith('in:')) return onInput(s, event.payload as InputMessage, ctx, settings());
+      const rk = runtimeKey(event.key);
+      return rk ? onRuntime(s, rk, event.payload, ctx) : s;
+    },
+  };
+}

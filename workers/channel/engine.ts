@@ -1,0 +1,23 @@
+import { env } from 'cloudflare:workers';
+import { effectRegistry } from '../effects/registry';
+import { type Env, loadConfig } from '../env';
+import { conversationActor } from './conversation';
+import { replyExecutor, settledExecutor } from './reply';
+
+/**
+ * Registers the conversation actor and its effects in the Worker's registry (module load;
+ * imported by inbound.ts, so the webhook and every ActorHost have it). Settings are read
+ * from the Worker's bindings when an event is handled, never cached across environments.
+ */
+const bindings = () => env as unknown as Env;
+const config = () => loadConfig(bindings());
+
+effectRegistry
+  .registerActor(
+    conversationActor(() => {
+      const debounceMs = config().CHANNEL_DEBOUNCE_MS;
+      return { debounceMs, maxDebounceMs: Math.max(debounceMs * 4, debounceMs + 1000) };
+    }),
+  )
+  .registerEffect(replyExecutor({ env: bindings, config }))
+  .registerEffect(settledExecutor({ env: bindings, config }));

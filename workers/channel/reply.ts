@@ -1,0 +1,102 @@
+import { agentFor } from '../agents';
+import { Deadline } from '../clock';
+import { withDb } from '../db/pool';
+import type { ClaimedEffect, EffectExecutor } from '../effects/registry';
+import type { Config, Env } from '../env';
+import { loadInstallation } from '../installations/store';
+import { LarkClient } from '../lark/client';
+import { LarkApiError } from '../lark/errors';
+import { log } from '../log';
+import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
+import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
+
+/** Lark's part of a reply run (token + post, with one token refresh) gets this much. */
+export const DELIVERY_BUDGET_MS = 8000;
+
+/** The reply's Lark `uuid` (≤ 50 chars): the turn's delivery key, an effect id. */
+export function deliveryUuid(args: Pick<ReplyArgs, 'deliveryKey'>, effectId: string): string {
+  return args.deliveryKey ?? effectId;
+}
+
+export interface ChannelDeps {
+  env: () => Env;
+  config: () => Config;
+  /** Overrides fetch for the Lark client (tests, benchmarks). */
+  fetch?: typeof fetch;
+}
+
+/**
+ * `channel.reply`: asks the agent, then posts the reply to the anchor message with a `uuid`
+ * derived from the turn's first effect id, so any later generation (or a retried post after
+ * a lost response) is deduplicated by Lark. Transient failures throw (the actor starts a
+ * replacement generation); answers that retrying cannot change complete with an outcome.
+ */
+export function replyExecutor(deps: ChannelDeps): EffectExecutor {
+  return {
+    kind: REPLY_KIND,
+    get timeoutMs() {
+      return deps.config().AGENT_TIMEOUT_MS + DELIVERY_BUDGET_MS + 2000;
+    },
+    async run(effect: ClaimedEffect, signal: AbortSignal): Promise<ReplyResult> {
+      const args = effect.args as ReplyArgs;
+      const config = deps.config();
+      const installation = await withDb(config, (pool) =>
+        loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
+      );
+      if (!installation) return { outcome: 'failed', replyMessageId: null, reason: 'installation_gone' };
+      const agent = agentFor(config);
+      const answer = await agent.reply(
+        {
+          sessionId: args.sessionId,
+          turnNo: args.turnNo,
+          generation: args.generation,
+          contextRevision: args.contextRevision,
+          inputs: args.inputs.map((i) => ({
+            position: i.position,
+            messageId: i.messageId,
+            senderOpenId: i.senderOpenId,
+            text: i.text,
+          })),
+        },
+        AbortSignal.any([signal, AbortSignal.timeout(config.AGENT_TIMEOUT_MS)]),
+      );
+      const lark = new LarkClient(
+        { baseUrl: installation.apiBase, appId: installation.appId, appSecret: installation.appSecret },
+        { fetch: deps.fetch },
+      );
+      try {
+        const sent = await lark.replyMessage(
+          args.anchorMessageId,
+          { content: JSON.stringify({ text: answer.text }), uuid: deliveryUuid(args, effect.id) },
+          { deadline: new Deadline(DELIVERY_BUDGET_MS), signal },
+        );
+        return { outcome: 'delivered', replyMessageId: sent.message_id };
+      } catch (err) {
+        if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
+        log.warn('channel_reply_not_delivered', {
+          sessionId: args.sessionId,
+          turnNo: args.turnNo,
+          kind: err.kind,
+          larkCode: err.code,
+        });
+        return {
+          outcome: err.kind === 'already_gone' ? 'anchor_gone' : 'failed',
+          replyMessageId: null,
+          reason: `lark_${err.code}`,
+        };
+      }
+    },
+  };
+}
+
+/** `channel.turn-settled`: the after-commit half of settlement (badge withdrawal). */
+export function settledExecutor(deps: ChannelDeps): EffectExecutor {
+  return {
+    kind: SETTLED_KIND,
+    timeoutMs: 15_000,
+    async run(effect: ClaimedEffect) {
+      await afterTurnSettled(deps.env(), deps.config(), effect.args as TurnSettlement);
+      return { ok: true };
+    },
+  };
+}

@@ -1,0 +1,99 @@
+import type { PoolClient } from '@neondatabase/serverless';
+import type { TurnOutcome } from './typing-hooks';
+
+export interface TurnStart {
+  sessionId: string;
+  turnNo: number;
+  contextRevision: number;
+  firstPosition: number;
+  cutoffPosition: number;
+  inputCount: number;
+  anchorMessageId: string;
+  deliveryKey: string;
+  effectId: string;
+}
+
+/**
+ * The flush: the turn's cutoff and context revision, persisted in the fenced commit that
+ * emits its reply (so they exist before any detached work). Idempotent for a re-run commit.
+ */
+export async function insertTurn(tx: PoolClient, t: TurnStart): Promise<void> {
+  await tx.query(
+    `insert into channel_turns
+       (session_id, turn_no, context_revision, first_position, cutoff_position, input_count,
+        anchor_message_id, delivery_key, effect_id)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+    [
+      t.sessionId,
+      t.turnNo,
+      t.contextRevision,
+      t.firstPosition,
+      t.cutoffPosition,
+      t.inputCount,
+      t.anchorMessageId,
+      t.deliveryKey,
+      t.effectId,
+    ],
+  );
+}
+
+/** A replacement generation took over the turn's reply (same delivery key). */
+export async function replaceTurnEffect(
+  tx: PoolClient,
+  sessionId: string,
+  turnNo: number,
+  generation: number,
+  effectId: string,
+): Promise<void> {
+  await tx.query(
+    `update channel_turns set generation = $3, effect_id = $4
+      where session_id = $1 and turn_no = $2 and outcome is null`,
+    [sessionId, turnNo, generation, effectId],
+  );
+}
+
+/** Terminal: records the outcome once (a turn that already has one is left alone). */
+export async function settleTurnRow(
+  tx: PoolClient,
+  sessionId: string,
+  turnNo: number,
+  outcome: TurnOutcome,
+  replyMessageId: string | null,
+): Promise<boolean> {
+  const { rowCount } = await tx.query(
+    `update channel_turns set outcome = $3, reply_message_id = $4, settled_at = app_now()
+      where session_id = $1 and turn_no = $2 and outcome is null`,
+    [sessionId, turnNo, outcome, replyMessageId],
+  );
+  return rowCount === 1;
+}
+
+export interface TurnRow {
+  session_id: string;
+  turn_no: number;
+  context_revision: string;
+  first_position: string;
+  cutoff_position: string;
+  input_count: number;
+  anchor_message_id: string;
+  delivery_key: string;
+  generation: number;
+  effect_id: string;
+  outcome: TurnOutcome | null;
+  reply_message_id: string | null;
+}
+
+/** A session's turns, oldest first (inspection, the demo, tests). */
+export async function turnsOf(
+  q: Pick<PoolClient, 'query'>,
+  sessionId: string,
+  limit = 100,
+): Promise<TurnRow[]> {
+  const { rows } = await q.query<TurnRow>(
+    `select session_id, turn_no, context_revision, first_position, cutoff_position, input_count,
+            anchor_message_id, delivery_key, generation, effect_id, outcome, reply_message_id
+       from channel_turns where session_id = $1 order by turn_no limit $2`,
+    [sessionId, limit],
+  );
+  return rows;
+}
