@@ -29,9 +29,6 @@ export interface Env {
   CHANNEL_DEBOUNCE_MS?: string;
   AGENT_URL?: string;
   AGENT_TIMEOUT_MS?: string;
-  CHANNEL_DEBOUNCE_MS?: string;
-  AGENT_URL?: string;
-  AGENT_TIMEOUT_MS?: string;
   RETENTION_RECEIPT_DAYS?: string;
   RETENTION_FENCE_DAYS?: string;
   RETENTION_DRAIN_GRACE_MS?: string;
@@ -80,10 +77,6 @@ export const ConfigSchema = z.object({
   REACTION_TICKET_RATE_PER_MINUTE: intFromString(1, 10_000).default(120),
   REACTION_TX_BUDGET_MS: intFromString(100, 30_000).default(4000),
   REACTION_LOCK_TIMEOUT_MS: intFromString(50, 30_000).default(2500),
-  // Channel engine (docs/channel.md): debounce before a turn; the agent (echo unless AGENT_URL).
-  CHANNEL_DEBOUNCE_MS: intFromString(0, 600_000).default(1500),
-  AGENT_URL: z.string().url().optional(),
-  AGENT_TIMEOUT_MS: intFromString(100, 120_000).default(20_000),
   // Channel engine (docs/channel.md): debounce before a turn; the agent (echo unless AGENT_URL).
   CHANNEL_DEBOUNCE_MS: intFromString(0, 600_000).default(1500),
   AGENT_URL: z.string().url().optional(),
