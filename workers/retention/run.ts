@@ -89,8 +89,10 @@ export async function runRetention(opts: RunOptions): Promise<RunReport> {
   };
   const statement = <T>(fn: (client: PoolClient) => Promise<T>): Promise<T> => {
     const budgetMs = Math.min(opts.batchTimeoutMs, deadline.remaining());
-    // maxAttempts 1: no automatic retry; a failed statement ends the run.
-    const work = withTx(pool, { budgetMs, lockTimeoutMs: budgetMs, maxAttempts: 1 }, fn);
+    // maxAttempts 1: no automatic retry; a failed statement ends the run. A lock wait gives
+    // up (55P03, 'failed') before the statement's own ceiling (57014, 'deadline').
+    const lockTimeoutMs = Math.max(1, Math.floor(budgetMs * 0.8));
+    const work = withTx(pool, { budgetMs, lockTimeoutMs, maxAttempts: 1 }, fn);
     hooks.track(work);
     return within(work, budgetMs + REQUEST_SLACK_MS);
   };
