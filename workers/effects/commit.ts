@@ -26,7 +26,7 @@ const OUTDATED_LIVE_PROCESS = `
 select exists (
   select 1 from effect_processes
    where stopped_at_ms is null and protocol_version < $1
-     and heartbeat_at_ms >= app_now_ms() - $2::bigint) as outdated`;
+     and heartbeat_at_ms >= (select app_now_ms()) - $2::bigint) as outdated`;
 
 const INSERT_EFFECTS = `
 insert into effects (id, origin_instance_id, kind, args, max_attempts, run_at_ms, notify_on_complete)

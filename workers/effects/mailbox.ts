@@ -81,7 +81,7 @@ export async function pendingMessages(
 ): Promise<MailboxRow[]> {
   const { rows } = await q.query<MailboxRow>(
     `select id, instance_id, message_key, payload from actor_mailbox
-      where instance_id = $1 and state = 'pending' and available_at_ms <= app_now_ms()
+      where instance_id = $1 and state = 'pending' and available_at_ms <= (select app_now_ms())
       order by id limit $2`,
     [instanceId, limit],
   );
@@ -92,9 +92,9 @@ export async function pendingMessages(
 export async function instancesWithWork(q: Queryable, limit: number): Promise<string[]> {
   const { rows } = await q.query<{ id: string }>(
     `(select distinct instance_id as id from actor_mailbox
-       where state = 'pending' and available_at_ms <= app_now_ms() limit $1)
+       where state = 'pending' and available_at_ms <= (select app_now_ms()) limit $1)
      union
-     (select id from actor_instances where wake_at_ms <= app_now_ms() limit $1)`,
+     (select id from actor_instances where wake_at_ms <= (select app_now_ms()) limit $1)`,
     [limit],
   );
   return rows.map((r) => r.id);
@@ -105,7 +105,7 @@ export async function pruneMailbox(q: Queryable, retentionMs: number, batch = 10
   const res = await q.query(
     `delete from actor_mailbox where id in (
        select id from actor_mailbox
-        where state = 'delivered' and delivered_at_ms < app_now_ms() - $1::bigint
+        where state = 'delivered' and delivered_at_ms < (select app_now_ms()) - $1::bigint
         limit $2)`,
     [retentionMs, batch],
   );

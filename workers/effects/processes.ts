@@ -61,7 +61,7 @@ export async function pruneProcesses(q: Queryable, pruneAfterMs: number, batch =
   const res = await q.query(
     `delete from effect_processes p
       where p.id in (select id from effect_processes
-                      where heartbeat_at_ms < app_now_ms() - $1::bigint
+                      where heartbeat_at_ms < (select app_now_ms()) - $1::bigint
                       order by id limit $2)
         and not exists (select 1 from effects e where e.locked_by = p.id and e.status = 'processing')`,
     [pruneAfterMs, batch],

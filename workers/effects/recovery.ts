@@ -38,7 +38,7 @@ export async function staleCandidates(
        left join effect_recoveries r on r.effect_id = e.id
       where e.status = 'processing'
         and (p.id is null
-             or p.heartbeat_at_ms < app_now_ms() - greatest($1::bigint, coalesce(r.timeout_ms, 0)))
+             or p.heartbeat_at_ms < (select app_now_ms()) - greatest($1::bigint, coalesce(r.timeout_ms, 0)))
       order by e.id
       limit $2`,
     [config.staleAfterMs, config.claimScanLimit],
@@ -191,12 +191,12 @@ export async function pruneRecoveryBindings(q: Queryable, batch = 1000): Promise
   await q.query(
     `delete from effect_recovery_checks where id in (
        select id from effect_recovery_checks where outcome is not null
-          and resolved_at_ms < app_now_ms() - 86400000 limit $1)`,
+          and resolved_at_ms < (select app_now_ms()) - 86400000 limit $1)`,
     [batch],
   );
   const res = await q.query(
     `delete from effect_recoveries where effect_id in (
-       select effect_id from effect_recoveries where expires_at_ms < app_now_ms() limit $1)`,
+       select effect_id from effect_recoveries where expires_at_ms < (select app_now_ms()) limit $1)`,
     [batch],
   );
   return res.rowCount ?? 0;
@@ -207,7 +207,7 @@ export async function pruneEffects(q: Queryable, retentionMs: number, batch = 10
   const res = await q.query(
     `delete from effects where id in (
        select id from effects where status in ('completed', 'dead')
-          and finished_at_ms < app_now_ms() - $1::bigint limit $2)`,
+          and finished_at_ms < (select app_now_ms()) - $1::bigint limit $2)`,
     [retentionMs, batch],
   );
   return res.rowCount ?? 0;

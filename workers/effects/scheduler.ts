@@ -26,7 +26,7 @@ export async function claimEffects(
   const { rows } = await q.query<EffectRow>(
     `with picked as (
        select id from effects
-        where status = 'pending' and run_at_ms <= app_now_ms()
+        where status = 'pending' and run_at_ms <= (select app_now_ms())
           and ($2::text is null or origin_instance_id = $2)
           and ($3::text[] is null or kind = any($3::text[]))
         order by run_at_ms, id

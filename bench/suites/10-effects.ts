@@ -1,0 +1,276 @@
+import type { Pool } from '@neondatabase/serverless';
+import { Logger, run as runGraphile, runMigrations } from 'graphile-worker';
+import { withTx } from '../../workers/db/tx';
+import { commitActor } from '../../workers/effects/commit';
+import { EffectStage } from '../../workers/effects/emit';
+import { ensureInstance } from '../../workers/effects/mailbox';
+import { registerProcess } from '../../workers/effects/processes';
+import { runRecoveryPass } from '../../workers/effects/recovery';
+import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
+import { effectConfig } from '../../workers/effects/types';
+import type { BenchStack } from '../lib/stack';
+import { type BenchRow, percentile, round } from '../lib/stats';
+
+const N = Number(process.env.BENCH_EFFECTS_N ?? 20_000);
+const BATCH = Number(process.env.BENCH_EFFECTS_BATCH ?? 100);
+const BIG = Number(process.env.BENCH_EFFECTS_BIG ?? 1_000_000);
+const INSTANCES = 200;
+// Per-job INFO lines would make graphile-worker pay for console I/O that our loop does not.
+const quiet = new Logger(() => () => undefined);
+const config = effectConfig({ staleAfterMs: 30_000, claimScanLimit: 100 });
+
+/** Stages `n` effects (with recovery bindings) spread over the bench instances, by SQL. */
+async function preload(pool: Pool, n: number, status: 'pending' | 'completed') {
+  await pool.query(
+    `insert into effects (id, origin_instance_id, kind, args, status, finished_at_ms)
+     select gen_random_uuid(), 'bench:' || (g % ${INSTANCES}), 'noop', '{}'::jsonb, $2,
+            case when $2 = 'completed' then app_now_ms() end
+       from generate_series(1, $1) g`,
+    [n, status],
+  );
+}
+
+async function bindAll(pool: Pool) {
+  await pool.query(
+    `insert into effect_recoveries (effect_id, origin_instance_id, recovery_operation, expires_at_ms)
+     select id, origin_instance_id, 'replace', app_now_ms() + 86400000 from effects
+     on conflict do nothing`,
+  );
+}
+
+/** `workers` loops of claim(batch) → no-op → complete(batch) until nothing is left. */
+async function drain(pools: Pool[], workers: number): Promise<{ done: number; ms: number }> {
+  const ids = await Promise.all(
+    Array.from({ length: workers }, (_, i) => registerProcess(pools[i]!, 'bench')),
+  );
+  let done = 0;
+  const started = performance.now();
+  await Promise.all(
+    ids.map(async (pid, i) => {
+      const pool = pools[i]!;
+      for (;;) {
+        const claimed = await claimEffects(pool, pid, { limit: BATCH });
+        if (claimed.length === 0) return;
+        const r = await completeEffects(
+          pool,
+          pid,
+          claimed.map((e) => ({ id: e.id, result: null })),
+        );
+        done += r.accepted.length;
+      }
+    }),
+  );
+  return { done, ms: performance.now() - started };
+}
+
+async function graphileDrain(stack: BenchStack, concurrency: number, localQueue: boolean) {
+  const pg = stack.pg(2);
+  await pg.query(
+    `select graphile_worker.add_jobs(array_agg(json_populate_record(null::graphile_worker.job_spec,
+            json_build_object('identifier', 'noop', 'payload', '{}'::json))))
+       from generate_series(1, $1)`,
+    [N],
+  );
+  await pg.query('analyze');
+  let done = 0;
+  let finish: () => void = () => undefined;
+  const finished = new Promise<void>((r) => {
+    finish = r;
+  });
+  const started = performance.now();
+  const runner = await runGraphile({
+    connectionString: stack.databaseUrl,
+    concurrency,
+    noHandleSignals: true,
+    pollInterval: 50,
+    logger: quiet,
+    taskList: {
+      noop: async () => {
+        done++;
+        if (done >= N) finish();
+      },
+    },
+    ...(localQueue
+      ? {
+          preset: {
+            worker: { localQueue: { size: BATCH }, completeJobBatchDelay: 0, maxPoolSize: concurrency + 2 },
+          },
+        }
+      : {}),
+  });
+  await finished;
+  const ms = performance.now() - started;
+  await runner.stop();
+  return { done, ms };
+}
+
+async function latencies(pool: Pool, n: number) {
+  const inst = await ensureInstance(pool, 'bench-lat', 'one');
+  const pid = await registerProcess(pool, 'bench-lat');
+  const emitMs: number[] = [];
+  const claimMs: number[] = [];
+  let revision = 0;
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const stage = new EffectStage(inst);
+    stage.emit('noop', { i }, { recovery: { operation: 'replace' } });
+    await withTx(pool, { budgetMs: 5000 }, (tx) =>
+      commitActor(
+        tx,
+        { instanceId: inst, expectedRevision: revision, state: { i }, effects: stage.staged },
+        config,
+      ),
+    );
+    revision++;
+    const t1 = performance.now();
+    // The host is woken after the commit; its first step is this claim.
+    const claimed = await claimEffects(pool, pid, { limit: 10, instanceId: inst });
+    const t2 = performance.now();
+    await completeEffects(
+      pool,
+      pid,
+      claimed.map((e) => ({ id: e.id, result: null })),
+    );
+    emitMs.push(t1 - t0);
+    claimMs.push(t2 - t1);
+  }
+  return { emitMs, claimMs };
+}
+
+/** Stale processing effects owned by a dead process, for the recovery pass to find. */
+async function staleClaims(pool: Pool, n: number) {
+  const dead = await registerProcess(pool, 'bench-dead');
+  await pool.query(
+    `update effects set status = 'processing', locked_by = $1, locked_at_ms = app_now_ms(), finished_at_ms = null
+      where id in (select e.id from effects e where e.status = 'completed'
+                     and not exists (select 1 from effect_recoveries r
+                                      where r.effect_id = e.id and r.retired_at_ms is not null) limit $2)`,
+    [dead, n],
+  );
+  await pool.query(
+    `insert into effect_recoveries (effect_id, origin_instance_id, recovery_operation, expires_at_ms)
+     select id, origin_instance_id, 'replace', app_now_ms() + 86400000 from effects where locked_by = $1
+     on conflict do nothing`,
+    [dead],
+  );
+  await pool.query('update effect_processes set heartbeat_at_ms = app_now_ms() - 60000 where id = $1', [
+    dead,
+  ]);
+}
+
+/** True when a plan (explain json) has a sequential scan of `effects` anywhere in its tree. */
+function scansEffects(node: unknown): boolean {
+  if (Array.isArray(node)) return node.some(scansEffects);
+  if (node === null || typeof node !== 'object') return false;
+  const n = node as Record<string, unknown>;
+  if (n['Node Type'] === 'Seq Scan' && n['Relation Name'] === 'effects') return true;
+  return Object.values(n).some(scansEffects);
+}
+
+async function passTime(pool: Pool, label: string, rows: BenchRow[]) {
+  const { rows: c } = await pool.query<{ n: string }>('select count(*) as n from effects');
+  const plan = await pool.query<{ 'QUERY PLAN': unknown }>(
+    `explain (format json) select e.id from effects e
+       left join effect_processes p on p.id = e.locked_by
+       left join effect_recoveries r on r.effect_id = e.id
+      where e.status = 'processing'
+        and (p.id is null or p.heartbeat_at_ms < app_now_ms() - greatest(30000, coalesce(r.timeout_ms, 0)))
+      order by e.id limit 100`,
+  );
+  const seqScan = scansEffects(plan.rows[0]!['QUERY PLAN']);
+  const t0 = performance.now();
+  const empty = await runRecoveryPass(pool, config);
+  const emptyMs = performance.now() - t0;
+  await staleClaims(pool, 100);
+  const t1 = performance.now();
+  const report = await runRecoveryPass(pool, config);
+  const fullMs = performance.now() - t1;
+  rows.push({
+    suite: 'effects',
+    case: `recovery pass, ${label} effects in table`,
+    n: Number(c[0]!.n),
+    'no candidates ms': round(emptyMs, 1),
+    'retire 100 ms': round(fullMs, 1),
+    retired: report.retired + empty.retired,
+    'seq scan of effects': seqScan ? 'YES' : 'no',
+  });
+}
+
+export async function run(stack: BenchStack): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  const setup = stack.pg(4) as unknown as Pool;
+  await setup.query(
+    `insert into actor_instances (id, actor_type, actor_key)
+     select 'bench:' || g, 'bench', g::text from generate_series(0, ${INSTANCES - 1}) g`,
+  );
+
+  const lat = await latencies(stack.neon(2), 500);
+  for (const [name, s] of [
+    ['emit-to-commit (fenced commit, 1 effect + binding)', lat.emitMs],
+    ['commit-to-claim (claim after wake)', lat.claimMs],
+  ] as const)
+    rows.push({
+      suite: 'effects',
+      case: `${name}, neon driver`,
+      n: s.length,
+      'p50 ms': round(percentile(s, 50), 3),
+      'p99 ms': round(percentile(s, 99), 3),
+    });
+
+  const ours: Record<number, number> = {};
+  for (const workers of [1, 4]) {
+    await preload(setup, N, 'pending');
+    await bindAll(setup);
+    await setup.query('analyze');
+    // One TCP pool per worker, like graphile-worker's pg pool: the same transport for both.
+    const pools = Array.from({ length: workers }, () => stack.pg(2) as unknown as Pool);
+    const r = await drain(pools, workers);
+    ours[workers] = (r.done / r.ms) * 1000;
+    rows.push({
+      suite: 'effects',
+      case: `drain ${N} effects, ${workers} worker(s), batch ${BATCH}, tcp`,
+      n: r.done,
+      'ops/s': Math.round(ours[workers]!),
+    });
+  }
+  const neonPools = Array.from({ length: 4 }, () => stack.neon(2));
+  await preload(setup, N, 'pending');
+  await bindAll(setup);
+  await setup.query('analyze');
+  const rn = await drain(neonPools, 4);
+  rows.push({
+    suite: 'effects',
+    case: `drain ${N} effects, 4 workers, batch ${BATCH}, neon driver`,
+    n: rn.done,
+    'ops/s': Math.round((rn.done / rn.ms) * 1000),
+  });
+
+  await runMigrations({ connectionString: stack.databaseUrl, logger: quiet });
+  for (const workers of [1, 4]) {
+    for (const lq of [false, true]) {
+      const g = await graphileDrain(stack, workers, lq);
+      const rate = (g.done / g.ms) * 1000;
+      rows.push({
+        suite: 'effects',
+        case: `graphile-worker 0.17.3, ${N} no-op jobs, concurrency ${workers}${lq ? `, localQueue ${BATCH}` : ''}`,
+        n: g.done,
+        'ops/s': Math.round(rate),
+        ratio: `ours/gw ${round(ours[workers]! / rate, 2)}`,
+      });
+    }
+  }
+
+  // Recovery pass at 10k and at BIG effects in the table (terminal rows loaded by SQL).
+  await setup.query('delete from effects');
+  await preload(setup, 10_000, 'completed');
+  await bindAll(setup);
+  await setup.query('analyze effects');
+  await passTime(setup, '10k', rows);
+  // The big load skips bindings (staleClaims binds what it makes stale): ~1 min for 1M rows here.
+  const loadStart = performance.now();
+  await preload(setup, BIG - 10_000, 'completed');
+  console.error(`loaded ${BIG - 10_000} effects in ${Math.round(performance.now() - loadStart)} ms`);
+  await setup.query('analyze effects');
+  await passTime(setup, `${BIG / 1000}k`, rows);
+  return rows;
+}
