@@ -1,14 +1,16 @@
 import { AppError } from '../errors';
 import { admitToMessage } from './directory';
-import { freshNow, lockMessage, lockOperation, lockRetirement } from './locks';
-import { applyDesired, readReactions } from './reactions';
-import { findReceipt, insertFence, insertReceipt } from './receipts';
-import { findTicketById, sameIntent, throwExpired } from './tickets';
+import { guardedApply } from './guarded-apply';
+import { lockMessage, lockOperation, lockRetirement } from './locks';
+import { readReactions } from './reactions';
+import { insertFence } from './receipts';
+import { sameIntent, throwExpired } from './tickets';
 import {
   type Intent,
   type MessageReactions,
   type Queryable,
   type Receipt,
+  type ReceiptRow,
   type TicketRow,
   toReceipt,
 } from './types';
@@ -31,25 +33,45 @@ export interface WriteResult {
   message: MessageReactions;
 }
 
-async function expiredAt(client: Queryable, ticket: TicketRow): Promise<boolean> {
-  const now = await freshNow(client);
-  return now.getTime() >= new Date(ticket.expires_at).getTime();
+function isExpired(now: Date, ticket: TicketRow): boolean {
+  return new Date(now).getTime() >= new Date(ticket.expires_at).getTime();
 }
 
-/** Operation lock, then the ticket's binding: actor, operation and admission. */
-async function lockTicket(
-  client: Queryable,
-  caller: Caller,
-  operationId: string,
-  ticketId: string,
-): Promise<TicketRow> {
+// Read in the statement after the operation lock: the ticket, its receipt and fresh time.
+const TICKET_SQL = `
+  select t.*, app_now() as now,
+    (select row_to_json(o) from private.chat_reaction_operations o
+      where o.actor_id = t.actor_id and o.operation_id = t.operation_id) as receipt
+  from private.reaction_tickets t where t.id = $1`;
+
+// Read in the statement after the retirement lock: the fence and fresh time.
+const FENCE_SQL = `
+  select exists (select 1 from private.chat_retired_reaction_operations
+                 where actor_id = $1 and operation_id = $2) as fenced, app_now() as now`;
+
+/** Operation lock, then the ticket's binding (actor, operation) and admission. */
+async function lockTicket(client: Queryable, caller: Caller, operationId: string, ticketId: string) {
   await lockOperation(client, caller.actorId, operationId);
-  const ticket = await findTicketById(client, ticketId);
+  const { rows } = await client.query<TicketRow & { now: Date; receipt: ReceiptRow | null }>(TICKET_SQL, [
+    ticketId,
+  ]);
+  const row = rows[0];
   // Forged IDs fail the MAC before this; foreign or re-targeted tickets fail here.
-  if (!ticket || ticket.actor_id !== caller.actorId || ticket.operation_id !== operationId)
+  if (!row || row.actor_id !== caller.actorId || row.operation_id !== operationId)
     throw new AppError('ticket_invalid', 'The ticket is not valid for this actor and operation');
-  await admitToMessage(client, caller.actorId, caller.issuedAt, ticket.message_id);
-  return ticket;
+  await admitToMessage(client, caller.actorId, caller.issuedAt, row.message_id);
+  const { now, receipt, ...ticket } = row;
+  return { ticket: ticket as TicketRow, prior: receipt, now };
+}
+
+/** Retirement lock, then fresh time and whether the operation is fenced. */
+async function lockFence(client: Queryable, caller: Caller, operationId: string) {
+  await lockRetirement(client, caller.actorId, operationId);
+  const { rows } = await client.query<{ fenced: boolean; now: Date }>(FENCE_SQL, [
+    caller.actorId,
+    operationId,
+  ]);
+  return rows[0]!;
 }
 
 export async function applyWithTicket(
@@ -59,59 +81,27 @@ export async function applyWithTicket(
   ticketId: string,
   intent: Intent,
 ): Promise<WriteResult & { workspaceId: string }> {
-  const ticket = await lockTicket(client, caller, operationId, ticketId);
+  const { ticket, prior, now } = await lockTicket(client, caller, operationId, ticketId);
+  const workspaceId = ticket.workspace_id;
   if (!sameIntent(ticket, intent))
     throw new AppError('intent_mismatch', 'The request does not match the intent bound to this ticket');
-  const prior = await findReceipt(client, caller.actorId, operationId);
-  if (await expiredAt(client, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
-  if (prior)
-    return {
-      receipt: toReceipt(prior),
-      replayed: true,
-      message: (await readReactions(client, ticket.message_id))!,
-      workspaceId: ticket.workspace_id,
-    };
+  if (isExpired(now, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
+  if (prior) {
+    const message = (await readReactions(client, ticket.message_id))!;
+    return { receipt: toReceipt(prior), replayed: true, message, workspaceId };
+  }
 
-  await lockRetirement(client, caller.actorId, operationId);
-  if (await expiredAt(client, ticket)) await throwExpired(client, ticket, null);
-  const { rows: fenced } = await client.query(
-    'select 1 from private.chat_retired_reaction_operations where actor_id = $1 and operation_id = $2',
-    [caller.actorId, operationId],
-  );
-  if (fenced.length > 0) throw await retiredError(client, operationId, ticket.message_id);
+  const fence = await lockFence(client, caller, operationId);
+  if (isExpired(fence.now, ticket)) await throwExpired(client, ticket, null);
+  if (fence.fenced) throw await retiredError(client, operationId, ticket.message_id);
 
   const locked = await lockMessage(client, ticket.message_id);
   if (!locked) throw new AppError('not_found', 'Message not found');
-  if (await expiredAt(client, ticket)) await throwExpired(client, ticket, null);
-
-  const { outcome, version } = await applyDesired(
-    client,
-    ticket.message_id,
-    caller.actorId,
-    ticket.emoji,
-    ticket.desired,
-    locked.version,
-  );
-  const row = await insertReceipt(client, {
-    actorId: caller.actorId,
-    operationId,
-    workspaceId: ticket.workspace_id,
-    conversationId: ticket.conversation_id,
-    messageId: ticket.message_id,
-    emoji: ticket.emoji,
-    desired: ticket.desired,
-    outcome,
-    reactionVersion: version,
-    contract: 'ticket',
-    ticketId: ticket.id,
-    ticketExpiresAt: ticket.expires_at,
-  });
-  return {
-    receipt: toReceipt(row),
-    replayed: false,
-    message: (await readReactions(client, ticket.message_id))!,
-    workspaceId: ticket.workspace_id,
-  };
+  // Fresh time after the message lock: the last expiry check is inside the mutating statement itself (guardedApply).
+  const row = await guardedApply(client, ticket, locked.version);
+  if (!row) await throwExpired(client, ticket, null);
+  const message = (await readReactions(client, ticket.message_id))!;
+  return { receipt: toReceipt(row!), replayed: false, message, workspaceId };
 }
 
 export async function retiredError(client: Queryable, operationId: string, messageId: string | null) {
@@ -135,15 +125,14 @@ export async function retireWithTicket(
   operationId: string,
   ticketId: string,
 ): Promise<RetireResult & { workspaceId: string }> {
-  const ticket = await lockTicket(client, caller, operationId, ticketId);
-  const prior = await findReceipt(client, caller.actorId, operationId);
-  if (await expiredAt(client, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
+  const { ticket, prior, now } = await lockTicket(client, caller, operationId, ticketId);
+  if (isExpired(now, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
   const message = await readReactions(client, ticket.message_id);
   const workspaceId = ticket.workspace_id;
   if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message, workspaceId };
 
-  await lockRetirement(client, caller.actorId, operationId);
-  if (await expiredAt(client, ticket)) await throwExpired(client, ticket, null);
+  const fenceState = await lockFence(client, caller, operationId);
+  if (isExpired(fenceState.now, ticket)) await throwExpired(client, ticket, null);
   const fence = await insertFence(client, {
     actorId: caller.actorId,
     operationId,

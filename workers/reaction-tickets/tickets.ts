@@ -22,10 +22,13 @@ export function sameIntent(t: Pick<TicketRow, 'message_id' | 'emoji' | 'desired'
   return t.message_id === i.messageId && t.emoji === i.emoji && t.desired === i.desired;
 }
 
+// One app_now() for both columns, so the window is exactly the configured TTL.
 const INSERT_SQL = `
+  with n as (select app_now() as now)
   insert into private.reaction_tickets
-    (actor_id, operation_id, workspace_id, conversation_id, message_id, emoji, desired, key_version, expires_at)
-  values ($1, $2, $3, $4, $5, $6, $7, $8, app_now() + $9 * interval '1 second')
+    (actor_id, operation_id, workspace_id, conversation_id, message_id, emoji, desired, key_version,
+     created_at, expires_at)
+  select $1, $2, $3, $4, $5, $6, $7, $8, n.now, n.now + $9 * interval '1 second' from n
   on conflict (actor_id, operation_id) do nothing
   returning *`;
 
