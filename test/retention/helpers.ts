@@ -12,17 +12,19 @@ import worker from '../../workers/index';
 import type { ScheduledResult } from '../../workers/retention/types';
 import { uid } from '../helpers/db';
 
+// biome-ignore lint/suspicious/noExplicitAny: test convenience over JSON bodies
+type Json = any;
+
 export const DAY_MS = 86_400_000;
 export const HOUR_MS = 3_600_000;
 
 export const owner = () => env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('singleton'));
 
-// biome-ignore lint/suspicious/noExplicitAny: test convenience over JSON bodies
 export async function admin(
   method: string,
   path: string,
   body?: unknown,
-): Promise<{ status: number; body: any }> {
+): Promise<{ status: number; body: Json }> {
   const init: RequestInit = {
     method,
     headers: { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json' },

@@ -1,0 +1,112 @@
+import { env } from 'cloudflare:workers';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { setDbClockOffset, testPool } from '../helpers/db';
+import { put, reactions, retire, seedWorld, snapshot, ticketFor } from '../reaction-tickets/helpers';
+import {
+  admin,
+  closeLegacyContract,
+  cronTick,
+  DAY_MS,
+  drainEligible,
+  owner,
+  resetOwner,
+  runOnce,
+} from './helpers';
+
+const pool = testPool();
+const reopen = () =>
+  pool.query(
+    "update private.write_contract_state set closed_at = null, drained_at = null, closed_by = null where contract = 'legacy_desired_state'",
+  );
+afterEach(() => setDbClockOffset(pool, 0));
+afterAll(async () => {
+  await admin('POST', '/admin/retention/stop');
+  // Leave the shared contract row as other files expect it: open (see legacy.contract.test).
+  await reopen();
+  await pool.end();
+});
+
+describe('prerequisites gate', () => {
+  it('a fresh owner starts disabled and its cron tick runs nothing', async () => {
+    const fresh = env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('fresh-owner'));
+    expect((await fresh.status()).enabled).toBe(false);
+    expect(await fresh.scheduledRun(Date.now())).toEqual({ ran: false, reason: 'disabled' });
+  });
+
+  it('enabling before the legacy contract is closed and drained is refused with the reason', async () => {
+    await admin('POST', '/admin/retention/stop');
+    await reopen();
+    const res = await admin('POST', '/admin/retention/enable');
+    expect(res.status).toBe(412);
+    expect(res.body.error.code).toBe('precondition_failed');
+    expect(res.body.error.message).toMatch(/legacy unbounded write contract is still open/);
+    expect(res.body.error.details.prerequisites.contract).toMatchObject({
+      open: true,
+      closedAndDrained: false,
+    });
+    expect((await owner().status()).enabled).toBe(false);
+    await cronTick();
+    expect((await owner().status()).enabled).toBe(false);
+
+    await closeLegacyContract();
+    const ok = await admin('POST', '/admin/retention/enable');
+    expect(ok.status).toBe(200);
+    expect(ok.body).toMatchObject({ enabled: true, prerequisites: { satisfied: true } });
+  });
+
+  it('a run refuses to delete while the contract is open again (the gate is checked every run)', async () => {
+    await resetOwner();
+    await reopen();
+    const r = await runOnce();
+    expect(r.run).toMatchObject({ outcome: 'prerequisites', batches: 0, rowsDeleted: 0 });
+    await closeLegacyContract();
+  });
+});
+
+describe('after deletion, a delayed request still cannot apply', () => {
+  it('a deleted receipt or fence: the ticket expiry rejects the replay through /v1', async () => {
+    await closeLegacyContract();
+    const w = await seedWorld();
+    const [token, message, actor] = [w.tokens[0]!, w.messages[0]!, w.actors[0]!];
+    const applied = { messageId: message, emoji: '🧹', desired: 'present' as const };
+    const appliedOp = crypto.randomUUID();
+    const appliedTicket = await ticketFor(token, appliedOp, applied);
+    expect((await put(token, appliedOp, appliedTicket, applied)).status).toBe(200);
+    const retired = { messageId: message, emoji: '🗑', desired: 'present' as const };
+    const retiredOp = crypto.randomUUID();
+    const retiredTicket = await ticketFor(token, retiredOp, retired);
+    expect((await retire(token, retiredOp, retiredTicket)).status).toBe(200);
+    // The user removes the reaction later with a new operation.
+    const removal = { ...applied, desired: 'absent' as const };
+    const removalOp = crypto.randomUUID();
+    expect((await put(token, removalOp, await ticketFor(token, removalOp, removal), removal)).status).toBe(
+      200,
+    );
+
+    // 91 days later the cleanup has deleted the receipt and the fence.
+    await setDbClockOffset(pool, 91 * DAY_MS);
+    await resetOwner();
+    const enabled = await admin('POST', '/admin/retention/enable');
+    expect(enabled.status).toBe(200);
+    await drainEligible();
+    const { rows } = await pool.query(
+      `select (select count(*)::int from private.chat_reaction_operations where actor_id = $1) as receipts,
+              (select count(*)::int from private.chat_retired_reaction_operations where actor_id = $1) as fences`,
+      [actor],
+    );
+    expect(rows[0]).toEqual({ receipts: 0, fences: 0 });
+
+    const before = await snapshot(pool, message, actor);
+    const current = (await reactions(token, message)).body;
+    for (const late of [
+      await put(token, appliedOp, appliedTicket, applied),
+      await put(token, retiredOp, retiredTicket, retired),
+      await retire(token, retiredOp, retiredTicket),
+    ]) {
+      expect(late.status).toBe(410);
+      expect(late.body.error.code).toBe('operation_expired');
+    }
+    expect(await snapshot(pool, message, actor)).toEqual(before);
+    expect((await reactions(token, message)).body).toEqual(current);
+  });
+});
