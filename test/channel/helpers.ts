@@ -1,0 +1,83 @@
+import { runDurableObjectAlarm } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
+import type { Pool } from '@neondatabase/serverless';
+import { expect } from 'vitest';
+import { actorHostStub } from '../../durable-objects/actor-host';
+import type { ConversationState } from '../../workers/channel/conversation';
+import '../../workers/channel/engine';
+import { sessionIdOf } from '../../workers/channel/session';
+import { type TurnRow, turnsOf } from '../../workers/channel/turns';
+import { loadInstance } from '../../workers/effects/mailbox';
+import { advanceDbClock, uid } from '../helpers/db';
+import { buildEvent, emu, submit, type TestApp } from '../lark/helpers';
+
+/** The test debounce (vitest.config.ts CHANNEL_DEBOUNCE_MS) plus a margin. */
+export const PAST_DEBOUNCE_MS = 21_000;
+
+export interface Chat {
+  app: TestApp;
+  chatId: string;
+  sessionId: string;
+}
+
+export function newChat(app: TestApp): Chat {
+  const chatId = `oc_${uid('c').replace(/[^A-Za-z0-9]/g, '')}`;
+  return {
+    app,
+    chatId,
+    sessionId: sessionIdOf({ installationId: app.installationId, chatId, threadId: null }),
+  };
+}
+
+/** A user message delivered to the webhook the way Lark does; returns its Lark message id. */
+export async function say(chat: Chat, text: string): Promise<string> {
+  const built = await buildEvent(chat.app, { message: { text, chat_id: chat.chatId, chat_type: 'group' } });
+  const res = await submit(chat.app.installationId, built.request);
+  expect(res.status).toBe(200);
+  return built.message_id!;
+}
+
+export const host = (chat: Chat) => actorHostStub(env, chat.sessionId);
+
+/** Waits for the wake-up the webhook sent (or pumps once more): the mailbox is drained after it. */
+export const pump = (chat: Chat) => host(chat).wake(chat.sessionId);
+
+export async function stateOf(pool: Pool, chat: Chat): Promise<ConversationState> {
+  return (await loadInstance(pool, chat.sessionId))!.state as ConversationState;
+}
+
+export const turns = (pool: Pool, chat: Chat): Promise<TurnRow[]> => turnsOf(pool, chat.sessionId);
+
+/** Moves database time past the debounce and runs the host's alarm (the debounce timer). */
+export async function fireDebounce(pool: Pool, chat: Chat): Promise<void> {
+  await advanceDbClock(pool, PAST_DEBOUNCE_MS);
+  await runDurableObjectAlarm(host(chat));
+  await pump(chat);
+}
+
+/**
+ * Drives timers until turn `turnNo` has an outcome: each round moves database time by
+ * `stepMs`, runs the alarm, and pumps. No sleeping: time is the database test clock.
+ */
+export async function untilSettled(pool: Pool, chat: Chat, turnNo: number, stepMs = 3000, rounds = 8) {
+  for (let i = 0; i < rounds; i++) {
+    const t = (await turns(pool, chat)).find((r) => r.turn_no === turnNo);
+    if (t?.outcome) return t;
+    await advanceDbClock(pool, stepMs);
+    await runDurableObjectAlarm(host(chat));
+    await pump(chat);
+  }
+  throw new Error(`turn ${turnNo} of ${chat.sessionId} did not settle`);
+}
+
+export interface EmuReply {
+  message_id: string;
+  content: string;
+  parent_id: string;
+}
+
+export async function repliesTo(messageId: string): Promise<EmuReply[]> {
+  return (await emu<{ items: EmuReply[] }>(`messages/${messageId}/replies`)).items;
+}
+
+export const textOf = (r: EmuReply) => (JSON.parse(r.content) as { text: string }).text;
