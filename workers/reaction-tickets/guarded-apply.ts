@@ -1,4 +1,5 @@
-import type { Desired, Queryable, ReceiptRow, TicketRow } from './types';
+import { groupReactions } from './reactions';
+import type { Desired, MessageReactions, Queryable, ReceiptRow, TicketRow } from './types';
 
 /**
  * The ticketed mutation as one statement, run under the message lock: a fresh expiry guard
@@ -37,15 +38,29 @@ const SQL = `
       coalesce((select reaction_version from bumped), $9), 'ticket', $10, $6
     where (select ok from guard)
     returning *
+  ),
+  -- The state after this change, without another round trip under the message lock: the
+  -- statement's snapshot (taken after the lock) minus what it removed plus what it added.
+  after as (
+    select r.emoji, r.actor_id from private.message_reactions r
+    where r.message_id = $1 and not (r.actor_id = $2 and r.emoji = $3 and exists (select 1 from removed))
+    union all
+    select $3, $2 where exists (select 1 from added)
   )
-  select (select ok from guard) as ok, (select row_to_json(receipt) from receipt) as receipt`;
+  select (select ok from guard) as ok, (select row_to_json(receipt) from receipt) as receipt,
+    (select coalesce(json_agg(json_build_object('emoji', emoji, 'actor_id', actor_id)
+       order by emoji, actor_id), '[]') from after) as reactions`;
 
 export async function guardedApply(
   client: Queryable,
   ticket: TicketRow,
   lockedVersion: number,
-): Promise<ReceiptRow | null> {
-  const { rows } = await client.query<{ ok: boolean; receipt: ReceiptRow | null }>(SQL, [
+): Promise<{ receipt: ReceiptRow; message: MessageReactions } | null> {
+  const { rows } = await client.query<{
+    ok: boolean;
+    receipt: ReceiptRow | null;
+    reactions: { emoji: string; actor_id: string }[];
+  }>(SQL, [
     ticket.message_id,
     ticket.actor_id,
     ticket.emoji,
@@ -57,5 +72,8 @@ export async function guardedApply(
     lockedVersion,
     ticket.id,
   ]);
-  return rows[0]!.ok ? rows[0]!.receipt : null;
+  const row = rows[0]!;
+  if (!row.ok || !row.receipt) return null;
+  const version = Number(row.receipt.reaction_version);
+  return { receipt: row.receipt, message: groupReactions(ticket.message_id, version, row.reactions) };
 }

@@ -98,10 +98,9 @@ export async function applyWithTicket(
   const locked = await lockMessage(client, ticket.message_id);
   if (!locked) throw new AppError('not_found', 'Message not found');
   // Fresh time after the message lock: the last expiry check is inside the mutating statement itself (guardedApply).
-  const row = await guardedApply(client, ticket, locked.version);
-  if (!row) await throwExpired(client, ticket, null);
-  const message = (await readReactions(client, ticket.message_id))!;
-  return { receipt: toReceipt(row!), replayed: false, message, workspaceId };
+  const applied = await guardedApply(client, ticket, locked.version);
+  if (!applied) return throwExpired(client, ticket, null);
+  return { receipt: toReceipt(applied.receipt), replayed: false, message: applied.message, workspaceId };
 }
 
 export async function retiredError(client: Queryable, operationId: string, messageId: string | null) {

@@ -19,6 +19,15 @@ export async function readReactions(client: Queryable, messageId: string): Promi
     actor_id: string | null;
   }>(READ_SQL, [messageId]);
   if (rows.length === 0) return null;
+  return groupReactions(messageId, Number(rows[0]!.reaction_version), rows);
+}
+
+/** Rows (ordered by emoji, actor) to the API shape; rows with a null emoji are skipped. */
+export function groupReactions(
+  messageId: string,
+  reactionVersion: number,
+  rows: { emoji: string | null; actor_id: string | null }[],
+): MessageReactions {
   const byEmoji = new Map<string, string[]>();
   for (const row of rows) {
     if (row.emoji === null || row.actor_id === null) continue;
@@ -28,7 +37,7 @@ export async function readReactions(client: Queryable, messageId: string): Promi
   }
   return {
     messageId,
-    reactionVersion: Number(rows[0]!.reaction_version),
+    reactionVersion,
     reactions: [...byEmoji].map(([emoji, actorIds]) => ({ emoji, count: actorIds.length, actorIds })),
   };
 }
