@@ -8,6 +8,7 @@ import { init, renderError } from './middleware';
 import { reactionAdmin } from './reaction-tickets/admin-routes';
 import { reactionApi } from './reaction-tickets/routes';
 import { retentionAdmin } from './retention/routes';
+import { typingAdmin } from './typing-ledger/admin-routes';
 
 /** The HTTP surface. Feature folders own their routes; this file only mounts them. */
 export function createApp() {
@@ -19,6 +20,7 @@ export function createApp() {
   app.route('/', reactionApi);
   app.route('/', reactionAdmin);
   app.route('/', retentionAdmin);
+  app.route('/', typingAdmin);
   app.notFound((c) =>
     renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
   );

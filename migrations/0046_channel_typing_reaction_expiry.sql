@@ -1,0 +1,5 @@
+-- migrate:no-transaction
+-- Seven-day maximum lifetime: live rows by their deadline (expiration pass, SKIP LOCKED, 1,000/pass).
+create index concurrently if not exists channel_typing_reaction_expiry
+  on channel_typing_reaction (expires_at)
+  where cleaned_at is null and abandoned_at is null;

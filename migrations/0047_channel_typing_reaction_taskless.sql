@@ -1,0 +1,5 @@
+-- migrate:no-transaction
+-- Two-minute taskless expiry: unsettled taskless rows by registration time.
+create index concurrently if not exists channel_typing_reaction_taskless
+  on channel_typing_reaction (created_at)
+  where taskless and settled_at is null and cleaned_at is null and abandoned_at is null;

@@ -1,0 +1,76 @@
+import { type Q, TARGET_COLUMNS, type WithdrawTarget } from '../types';
+import { BACKOFF_BASE_MS, BACKOFF_MAX_MS, type PassScope, RETRY_CLAIM_LIMIT, scopeParam } from './limits';
+
+export interface ClaimedRow extends WithdrawTarget {
+  workspace_id: string;
+  /** The claim count after this claim: the write-back fence. */
+  attempts: number;
+}
+
+/**
+ * ONE statement: due rows (not terminal, next attempt reached, still inside the seven-day
+ * lifetime) locked with SKIP LOCKED, and the claim recorded before any remote call: attempts
+ * + 1 and next_attempt_at = now + 30 s · 2^(attempts) capped at one hour. The lock ends with
+ * the statement, so no lock is held across the remote calls; a concurrent worker cannot
+ * claim the row again in this window because its next attempt has moved.
+ */
+const CLAIM = `
+with due as (
+  select id as due_id from channel_typing_reaction
+  where cleaned_at is null and abandoned_at is null
+    and next_attempt_at <= app_now() and expires_at > app_now()
+    and ($2::text[] is null or workspace_id = any($2::text[]))
+  order by next_attempt_at
+  limit $1
+  for update skip locked
+)
+update channel_typing_reaction
+set attempts = attempts + 1,
+    next_attempt_at = app_now() + least($4::float8, $3::float8 * power(2, least(attempts, 30)))
+                                  * interval '1 millisecond',
+    updated_at = app_now()
+from due where id = due_id
+returning ${TARGET_COLUMNS}, workspace_id, attempts`;
+
+export async function claimDue(
+  q: Q,
+  opts: { limit?: number; scope?: PassScope } = {},
+): Promise<ClaimedRow[]> {
+  const limit = Math.min(opts.limit ?? RETRY_CLAIM_LIMIT, RETRY_CLAIM_LIMIT);
+  const { rows } = await q.query<ClaimedRow>(CLAIM, [
+    limit,
+    scopeParam(opts.scope),
+    BACKOFF_BASE_MS,
+    BACKOFF_MAX_MS,
+  ]);
+  return rows;
+}
+
+export interface RetryNote {
+  id: string;
+  attempts: number;
+  error: string;
+  /** Not before now + this (Lark's 429 reset); 0 keeps the claim's backoff. */
+  notBeforeMs: number;
+}
+
+/**
+ * Failed outcomes of one pass, in one statement. Fenced by the claim count: if another
+ * worker claimed the row since, its bookkeeping wins. Only ever pushes next_attempt_at later.
+ */
+export async function noteFailures(q: Q, notes: RetryNote[]): Promise<void> {
+  if (notes.length === 0) return;
+  await q.query(
+    `update channel_typing_reaction r
+     set last_error = x.error, updated_at = app_now(),
+         next_attempt_at = greatest(r.next_attempt_at, app_now() + x.wait * interval '1 millisecond')
+     from unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) as x(id, attempts, error, wait)
+     where r.id = x.id and r.attempts = x.attempts and r.cleaned_at is null and r.abandoned_at is null`,
+    [
+      notes.map((n) => n.id),
+      notes.map((n) => n.attempts),
+      notes.map((n) => n.error),
+      notes.map((n) => n.notBeforeMs),
+    ],
+  );
+}

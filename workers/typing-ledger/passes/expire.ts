@@ -1,0 +1,95 @@
+import type { Pool } from '@neondatabase/serverless';
+import type { Clock } from '../../clock';
+import { systemClock } from '../../clock';
+import { withTx } from '../../db/tx';
+import { log } from '../../log';
+import { EXPIRE_BUDGET_MS, EXPIRE_LIMIT, type PassScope, scopeParam, TASKLESS_EXPIRY_MS } from './limits';
+
+/**
+ * Seven-day maximum lifetime, every indicator (running tasks, uncertain Adds, permanent
+ * credential failures included): abandoned_at recorded, snapshot erased, slot released,
+ * cleaned_at left null. next_attempt_at is cleared and the claim also filters on expires_at,
+ * so no remote retry is claimed after the deadline. recordAdded never clears abandoned_at:
+ * a late Add result cannot resurrect the row (it deletes its own badge instead).
+ */
+const EXPIRE_LIFETIME = `
+with due as (
+  select id as due_id from channel_typing_reaction
+  where expires_at <= app_now() and cleaned_at is null and abandoned_at is null
+    and ($2::text[] is null or workspace_id = any($2::text[]))
+  order by expires_at
+  limit $1
+  for update skip locked
+)
+update channel_typing_reaction
+set abandoned_at = app_now(), credential_snapshot = null, quota_slot = null,
+    next_attempt_at = null, retention_outcome = 'expired', updated_at = app_now()
+from due where id = due_id
+returning workspace_id`;
+
+/**
+ * Two-minute taskless expiry: the badge is withdrawn (the retry pass runs right after this
+ * one and picks the row up: next_attempt_at = now), and settled_at marks cleanup ownership so
+ * a late Add deletes its own badge. The INPUT is not settled (no settlement cutoff is written,
+ * no task is cancelled, no run restarted): the engine can still process it on later traffic.
+ */
+const EXPIRE_TASKLESS = `
+with due as (
+  select id as due_id from channel_typing_reaction
+  where taskless and settled_at is null and cleaned_at is null and abandoned_at is null
+    and created_at <= app_now() - $3 * interval '1 millisecond'
+    and ($2::text[] is null or workspace_id = any($2::text[]))
+  order by created_at
+  limit $1
+  for update skip locked
+)
+update channel_typing_reaction
+set settled_at = app_now(), settled_by = 'maintenance:taskless_expiry',
+    settle_outcome = 'taskless_expired', retention_outcome = 'taskless_expired',
+    next_attempt_at = app_now(), updated_at = app_now()
+from due where id = due_id
+returning workspace_id`;
+
+export interface ExpireReport {
+  expired: number;
+  tasklessExpired: number;
+  durationMs: number;
+}
+
+/**
+ * The expiration pass: its own two-second database budget (statement_timeout inside withTx),
+ * at most 1,000 rows across both kinds, SKIP LOCKED. Lifetime expiry goes first: it erases
+ * credentials, the one thing that must not wait.
+ */
+export async function runExpiration(
+  pool: Pool,
+  opts: { scope?: PassScope; clock?: Clock; budgetMs?: number; limit?: number } = {},
+): Promise<ExpireReport> {
+  const clock = opts.clock ?? systemClock;
+  const started = clock.now();
+  const limit = opts.limit ?? EXPIRE_LIMIT;
+  const scope = scopeParam(opts.scope);
+  const { lifetime, taskless } = await withTx(
+    pool,
+    { budgetMs: opts.budgetMs ?? EXPIRE_BUDGET_MS, maxAttempts: 1, clock },
+    async (tx) => {
+      const a = await tx.query<{ workspace_id: string }>(EXPIRE_LIFETIME, [limit, scope]);
+      const left = limit - a.rows.length;
+      const b =
+        left > 0
+          ? await tx.query<{ workspace_id: string }>(EXPIRE_TASKLESS, [left, scope, TASKLESS_EXPIRY_MS])
+          : { rows: [] };
+      return { lifetime: a.rows, taskless: b.rows };
+    },
+  );
+  warnPerWorkspace('typing_indicators_expired', lifetime);
+  warnPerWorkspace('typing_taskless_indicators_expired', taskless);
+  return { expired: lifetime.length, tasklessExpired: taskless.length, durationMs: clock.now() - started };
+}
+
+/** Spec: expiry emits a warning with workspace ID and count (never a row's contents). */
+function warnPerWorkspace(event: string, rows: { workspace_id: string }[]) {
+  const counts = new Map<string, number>();
+  for (const r of rows) counts.set(r.workspace_id, (counts.get(r.workspace_id) ?? 0) + 1);
+  for (const [workspaceId, count] of counts) log.warn(event, { workspaceId, count });
+}

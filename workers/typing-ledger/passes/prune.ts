@@ -1,0 +1,65 @@
+import type { Pool } from '@neondatabase/serverless';
+import { type Clock, systemClock } from '../../clock';
+import { withTx } from '../../db/tx';
+import { type PassScope, PRUNE_BUDGET_MS, PRUNE_LIMIT, scopeParam, TOMBSTONE_RETENTION_MS } from './limits';
+
+/**
+ * Success (cleaned) and failure (abandoned) tombstones, seven days after their terminal
+ * timestamp. A terminal row holds no secret (the 0040 check constraint forbids a snapshot
+ * on it), so this is the record's end, not a redaction.
+ */
+const PRUNE_TOMBSTONES = `
+with old as (
+  select id as old_id from channel_typing_reaction
+  where (cleaned_at is not null or abandoned_at is not null)
+    and coalesce(cleaned_at, abandoned_at) <= app_now() - $2 * interval '1 millisecond'
+    and ($3::text[] is null or workspace_id = any($3::text[]))
+  order by coalesce(cleaned_at, abandoned_at)
+  limit $1
+  for update skip locked
+)
+delete from channel_typing_reaction using old where id = old_id`;
+
+/**
+ * Settlement cutoffs only matter while a registration for their inputs can still arrive
+ * (seconds; a message older than two minutes is refused). Kept as long as the tombstones.
+ */
+const PRUNE_CUTOFFS = `
+with old as (
+  select ctid as old_ctid from channel_typing_settlement
+  where created_at <= app_now() - $2 * interval '1 millisecond'
+  order by created_at
+  limit $1
+  for update skip locked
+)
+delete from channel_typing_settlement using old where ctid = old_ctid`;
+
+export interface PruneReport {
+  pruned: number;
+  cutoffsPruned: number;
+  durationMs: number;
+}
+
+/** The pruning pass: its own two-second budget, at most 1,000 rows, SKIP LOCKED. */
+export async function runPruning(
+  pool: Pool,
+  opts: { scope?: PassScope; clock?: Clock; budgetMs?: number; limit?: number } = {},
+): Promise<PruneReport> {
+  const clock = opts.clock ?? systemClock;
+  const started = clock.now();
+  const limit = opts.limit ?? PRUNE_LIMIT;
+  const scope = scopeParam(opts.scope);
+  const counts = await withTx(
+    pool,
+    { budgetMs: opts.budgetMs ?? PRUNE_BUDGET_MS, maxAttempts: 1, clock },
+    async (tx) => {
+      const a = await tx.query(PRUNE_TOMBSTONES, [limit, TOMBSTONE_RETENTION_MS, scope]);
+      const pruned = a.rowCount ?? 0;
+      // Cutoffs share the row cap; a scoped (test) run leaves other workspaces' data alone.
+      const left = scope ? 0 : limit - pruned;
+      const b = left > 0 ? await tx.query(PRUNE_CUTOFFS, [left, TOMBSTONE_RETENTION_MS]) : { rowCount: 0 };
+      return { pruned, cutoffsPruned: b.rowCount ?? 0 };
+    },
+  );
+  return { ...counts, durationMs: clock.now() - started };
+}

@@ -1,0 +1,110 @@
+import type { Pool } from '@neondatabase/serverless';
+import { type Clock, Deadline, systemClock } from '../../clock';
+import type { KeyRing } from '../../crypto/sealed';
+import { log } from '../../log';
+import { type WithdrawResult, withdrawRow } from '../withdraw';
+import { type ClaimedRow, claimDue, noteFailures, type RetryNote } from './claim';
+import {
+  type PassScope,
+  RETRY_CLAIM_LIMIT,
+  RETRY_CONCURRENCY,
+  RETRY_OP_BUDGET_MS,
+  RETRY_PASS_BUDGET_MS,
+} from './limits';
+
+export interface RetryOptions {
+  keys: KeyRing;
+  scope?: PassScope;
+  clock?: Clock;
+  fetch?: typeof fetch;
+  passBudgetMs?: number;
+  opBudgetMs?: number;
+  concurrency?: number;
+  limit?: number;
+  /** Checked before each remote operation: false (stop generation moved, disabled) defers the rest. */
+  admit?: () => boolean;
+}
+
+export interface RetryReport {
+  claimed: number;
+  cleaned: number;
+  adopted: number;
+  unconfirmed: number;
+  retryable: number;
+  permanent: number;
+  deferred: number;
+  durationMs: number;
+}
+
+/**
+ * The remote-retry pass. Claim (one statement, counters and backoff advanced first), then the
+ * withdrawals with bounded concurrency, each with its own two-second budget cut to what the
+ * ten-second pass has left. A row whose operation would not fit the remaining pass budget is
+ * deferred: its claim (and backoff) stands, no remote call is made. Lark's 429 reset pushes
+ * the row's next attempt out, and the rest of that app's rows in this pass are deferred.
+ */
+export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<RetryReport> {
+  const clock = opts.clock ?? systemClock;
+  const started = clock.now();
+  const pass = new Deadline(opts.passBudgetMs ?? RETRY_PASS_BUDGET_MS, clock);
+  const opBudget = opts.opBudgetMs ?? RETRY_OP_BUDGET_MS;
+  const rows = await claimDue(pool, { limit: opts.limit ?? RETRY_CLAIM_LIMIT, scope: opts.scope });
+  const report: RetryReport = {
+    claimed: rows.length,
+    cleaned: 0,
+    adopted: 0,
+    unconfirmed: 0,
+    retryable: 0,
+    permanent: 0,
+    deferred: 0,
+    durationMs: 0,
+  };
+  const notes: RetryNote[] = [];
+  const rateLimitedApps = new Map<string, number>();
+  const queue = [...rows];
+
+  const one = async (row: ClaimedRow) => {
+    const limitedUntil = rateLimitedApps.get(row.app_id);
+    if (pass.remaining() < opBudget || (opts.admit && !opts.admit()) || limitedUntil !== undefined) {
+      report.deferred++;
+      if (limitedUntil !== undefined)
+        notes.push({ id: row.id, attempts: row.attempts, error: 'deferred:429', notBeforeMs: limitedUntil });
+      return;
+    }
+    const deadline = new Deadline(pass.slice(opBudget), clock);
+    const r: WithdrawResult = await withdrawRow(pool, opts.keys, row, { deadline, fetch: opts.fetch }).catch(
+      () => ({ outcome: 'retryable', code: 0 }) as WithdrawResult,
+    );
+    if (r.outcome === 'cleaned' || r.outcome === 'already_gone') report.cleaned++;
+    else if (r.outcome === 'adopted') report.adopted++;
+    else if (r.outcome === 'unconfirmed') report.unconfirmed++;
+    else if (r.outcome === 'retryable' || r.outcome === 'permanent') {
+      report[r.outcome]++;
+      const wait = r.outcome === 'retryable' && r.retryAfterSeconds ? r.retryAfterSeconds * 1000 : 0;
+      if (wait > 0) rateLimitedApps.set(row.app_id, wait);
+      notes.push({
+        id: row.id,
+        attempts: row.attempts,
+        error: `retry:${r.outcome}:${r.code}`,
+        notBeforeMs: wait,
+      });
+      // Spec: failed remote withdrawals warn, without credentials (ids and codes only).
+      log.warn('typing_withdraw_failed', {
+        rowId: row.id,
+        workspaceId: row.workspace_id,
+        outcome: r.outcome,
+        code: r.code,
+        attempts: row.attempts,
+      });
+    }
+  };
+
+  const worker = async () => {
+    for (let row = queue.shift(); row; row = queue.shift()) await one(row);
+  };
+  const width = Math.max(1, Math.min(opts.concurrency ?? RETRY_CONCURRENCY, rows.length));
+  await Promise.all(Array.from({ length: rows.length ? width : 0 }, worker));
+  await noteFailures(pool, notes);
+  report.durationMs = clock.now() - started;
+  return report;
+}
