@@ -1,0 +1,272 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { connect, createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { WebSocketServer } from 'ws';
+import { startLarkEmulator } from '../../emulator/server';
+import type { BenchStack } from '../lib/stack';
+import { type BenchRow, percentile, round } from '../lib/stats';
+
+/**
+ * The Lark webhook end to end, as Lark calls it: `wrangler dev` (workerd) with the real
+ * Worker, the emulator building signed + encrypted `im.message.receive_v1` deliveries, each
+ * event in its own chat. Latency = POST sent → answer received (the deliveries are built
+ * before timing). Round trips are COUNTED, not guessed: the Worker reaches Postgres through
+ * a counting WebSocket bridge that parses the wire protocol, attributes each connection to
+ * the webhook when it carries the event-receipt insert, and counts ReadyForQuery ('Z')
+ * messages on it (one per round trip; the connection's startup ReadyForQuery is reported
+ * separately as "connect"). The webhook's pool ends with its request, so every round trip on
+ * it happens before the answer; the ActorHost wake and the Typing Add run on their own pools.
+ */
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const RECEIPT_MARKER = 'insert into lark_event_receipts';
+
+interface ConnStats {
+  webhook: boolean;
+  trips: number;
+  startup: boolean;
+}
+
+function countingBridge() {
+  const conns: ConnStats[] = [];
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  wss.on('connection', (socket, req) => {
+    const address = new URL(req.url ?? '/', 'http://b').searchParams.get('address') ?? '';
+    const sep = address.lastIndexOf(':');
+    const tcp = connect(Number(address.slice(sep + 1)), '127.0.0.1');
+    tcp.setNoDelay(true);
+    const stats: ConnStats = { webhook: false, trips: 0, startup: true };
+    conns.push(stats);
+    let clientBuf = Buffer.alloc(0);
+    let clientTyped = false;
+    let serverBuf = Buffer.alloc(0);
+    let sslPending = false;
+    const onClient = (data: Buffer) => {
+      clientBuf = Buffer.concat([clientBuf, data]);
+      for (;;) {
+        if (!clientTyped) {
+          if (clientBuf.length < 8) return;
+          const len = clientBuf.readInt32BE(0);
+          if (clientBuf.length < len) return;
+          if (clientBuf.readInt32BE(4) === 80877103) sslPending = true;
+          else clientTyped = true;
+          clientBuf = clientBuf.subarray(len);
+          continue;
+        }
+        if (clientBuf.length < 5) return;
+        const len = clientBuf.readInt32BE(1);
+        if (clientBuf.length < len + 1) return;
+        const type = String.fromCharCode(clientBuf[0]!);
+        if ((type === 'P' || type === 'Q') && clientBuf.subarray(5, len + 1).includes(RECEIPT_MARKER))
+          stats.webhook = true;
+        clientBuf = clientBuf.subarray(len + 1);
+      }
+    };
+    const onServer = (data: Buffer) => {
+      serverBuf = Buffer.concat([serverBuf, data]);
+      if (sslPending && serverBuf.length > 0) {
+        sslPending = false;
+        serverBuf = serverBuf.subarray(1);
+      }
+      for (;;) {
+        if (serverBuf.length < 5) return;
+        const len = serverBuf.readInt32BE(1);
+        if (serverBuf.length < len + 1) return;
+        if (serverBuf[0] === 0x5a) {
+          if (stats.startup) stats.startup = false;
+          else stats.trips++;
+        }
+        serverBuf = serverBuf.subarray(len + 1);
+      }
+    };
+    const pending: Buffer[] = [];
+    let open = false;
+    tcp.on('connect', () => {
+      open = true;
+      for (const c of pending.splice(0)) tcp.write(c);
+    });
+    socket.on('message', (data: Buffer) => {
+      onClient(data);
+      if (open) tcp.write(data);
+      else pending.push(data);
+    });
+    tcp.on('data', (chunk) => {
+      onServer(chunk);
+      if (socket.readyState === socket.OPEN) socket.send(chunk);
+    });
+    const closeBoth = () => {
+      tcp.destroy();
+      if (socket.readyState === socket.OPEN) socket.close();
+    };
+    tcp.on('error', closeBoth);
+    tcp.on('close', closeBoth);
+    socket.on('close', closeBoth);
+    socket.on('error', closeBoth);
+  });
+  return {
+    conns,
+    port: () => (wss.address() as { port: number }).port,
+    close: () => new Promise<void>((r) => wss.close(() => r())),
+  };
+}
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address() as { port: number };
+  await new Promise<void>((r) => srv.close(() => r()));
+  return port;
+}
+
+async function startWorker(vars: Record<string, string>, port: number): Promise<ChildProcess> {
+  const child = spawn(
+    `${ROOT}node_modules/.bin/wrangler`,
+    [
+      'dev',
+      '--local',
+      '--ip',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--persist-to',
+      `${ROOT}.local/bench-wrangler`,
+      ...Object.entries(vars).flatMap(([k, v]) => ['--var', `${k}:${v}`]),
+    ],
+    {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        WRANGLER_SEND_METRICS: 'false',
+        CLOUDFLARE_CF_FETCH_ENABLED: 'false',
+        CI: 'true',
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
+      detached: true,
+    },
+  );
+  for (let i = 0; i < 240; i++) {
+    if (
+      await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return child;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error('wrangler dev did not become healthy');
+}
+
+export async function run(stack: BenchStack): Promise<BenchRow[]> {
+  const bridge = countingBridge();
+  const lark = await startLarkEmulator({ rateLimits: false });
+  const port = await freePort();
+  const adminToken = `bench-admin-${randomBytes(12).toString('hex')}`;
+  const worker = await startWorker(
+    {
+      DATABASE_URL: stack.databaseUrl,
+      NEON_WS_PROXY: `127.0.0.1:${bridge.port()}/v2`,
+      ADMIN_TOKEN: adminToken,
+      SECRET_KEYS: JSON.stringify({ '1': randomBytes(32).toString('base64') }),
+      LARK_API_BASE: lark.url,
+      LOG_LEVEL: 'error',
+    },
+    port,
+  );
+  const base = `http://127.0.0.1:${port}`;
+  const rows: BenchRow[] = [];
+  try {
+    const { installationId, appId } = await setupApp(base, adminToken, lark.url);
+    const perLevel = Number(process.env.BENCH_CHANNEL_EVENTS ?? 128);
+    for (const concurrency of [1, 16, 64]) {
+      const n = Math.max(perLevel, concurrency * 2);
+      const deliveries = await Promise.all(
+        Array.from({ length: n }, (_, i) => buildDelivery(lark.url, appId, `bench-${concurrency}-${i}`)),
+      );
+      await postEvent(base, installationId, await buildDelivery(lark.url, appId, 'warm')); // warm
+      const before = bridge.conns.length;
+      const latencies: number[] = [];
+      let next = 0;
+      let failures = 0;
+      await Promise.all(
+        Array.from({ length: concurrency }, async () => {
+          while (next < n) {
+            const d = deliveries[next++]!;
+            const started = performance.now();
+            const status = await postEvent(base, installationId, d);
+            latencies.push(performance.now() - started);
+            if (status !== 200) failures++;
+          }
+        }),
+      );
+      const hooks = bridge.conns.slice(before).filter((c) => c.webhook);
+      const trips = hooks.reduce((a, c) => a + c.trips, 0);
+      rows.push({
+        suite: 'channel',
+        case: `webhook answer, ${concurrency} concurrent (signed+encrypted, one chat each)`,
+        n,
+        'p50 ms': round(percentile(latencies, 50)),
+        'p99 ms': round(percentile(latencies, 99)),
+        'db round trips/event': round(trips / Math.max(1, hooks.length)),
+        'connects/event': round(hooks.length / n),
+        failures,
+      });
+    }
+  } finally {
+    if (worker.pid && worker.exitCode === null) process.kill(-worker.pid, 'SIGTERM');
+    await lark.close();
+    await bridge.close();
+  }
+  return rows;
+}
+
+async function setupApp(base: string, adminToken: string, larkUrl: string) {
+  const appId = `cli_bench${randomBytes(4).toString('hex')}`;
+  const creds = {
+    app_id: appId,
+    app_secret: randomBytes(12).toString('hex'),
+    verification_token: randomBytes(12).toString('hex'),
+    encrypt_key: randomBytes(12).toString('hex'),
+  };
+  await fetch(`${larkUrl}/__emulator/apps`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(creds),
+  });
+  const res = await fetch(`${base}/admin/lark/installations`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ workspace_id: 'ws_bench', ...creds }),
+  });
+  if (res.status !== 201) throw new Error(`register: ${res.status} ${await res.text()}`);
+  const { installation } = (await res.json()) as { installation: { id: string } };
+  return { installationId: installation.id, appId };
+}
+
+interface Delivery {
+  headers: Record<string, string>;
+  body: string;
+}
+
+async function buildDelivery(larkUrl: string, appId: string, chat: string): Promise<Delivery> {
+  const res = await fetch(`${larkUrl}/__emulator/events`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      app_id: appId,
+      deliver: 'return',
+      message: { text: 'hi', chat_id: `oc_${chat}` },
+    }),
+  });
+  return ((await res.json()) as { request: Delivery }).request;
+}
+
+async function postEvent(base: string, installationId: string, d: Delivery): Promise<number> {
+  const res = await fetch(`${base}/lark/events/${installationId}`, {
+    method: 'POST',
+    headers: d.headers,
+    body: d.body,
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
