@@ -1,0 +1,57 @@
+import type { ErrorCode } from './api-types';
+
+/**
+ * What the client does with each server error code. Typed as a Record over the server's
+ * ErrorCode, so a code added in workers/errors.ts fails `tsc` here until it is classified.
+ *
+ * - `retry`: transient; the operation stays in the journal and is replayed with backoff.
+ * - `quota`: issuance refused (429); waits Retry-After, terminal after a few refusals.
+ * - `session`: the token is refused (expired, signed out); the journal waits for sign-in.
+ * - the rest are terminal for the operation: stop replaying and reconcile.
+ */
+export type TerminalKind = 'expired' | 'retired' | 'permission_lost' | 'quota' | 'rejected';
+export type Disposition = 'retry' | 'quota' | 'session' | Exclude<TerminalKind, 'quota'>;
+
+export const DISPOSITION: Record<ErrorCode, Disposition> = {
+  operation_expired: 'expired',
+  gone: 'expired',
+  operation_retired: 'retired',
+  not_found: 'permission_lost',
+  forbidden: 'permission_lost',
+  ticket_invalid: 'rejected',
+  intent_mismatch: 'rejected',
+  conflict: 'rejected',
+  ticket_required: 'rejected',
+  legacy_contract_closed: 'rejected',
+  revision_conflict: 'rejected',
+  precondition_failed: 'rejected',
+  bad_request: 'rejected',
+  validation_failed: 'rejected',
+  payload_too_large: 'rejected',
+  unsupported_media_type: 'rejected',
+  method_not_allowed: 'rejected',
+  lark_unknown_installation: 'rejected',
+  lark_bad_signature: 'rejected',
+  lark_stale_timestamp: 'rejected',
+  lark_bad_token: 'rejected',
+  lark_bad_event: 'rejected',
+  unauthorized: 'session',
+  rate_limited: 'quota',
+  quota_exceeded: 'quota',
+  internal_error: 'retry',
+  bad_environment: 'retry',
+  service_unavailable: 'retry',
+  timeout: 'retry',
+  agent_failed: 'retry',
+  agent_timeout: 'retry',
+};
+
+/** Unknown codes (a newer server) are treated by status: 5xx retry, 401 session, else rejected. */
+export function dispositionOf(code: string, status: number): Disposition {
+  const known = (DISPOSITION as Record<string, Disposition>)[code];
+  if (known) return known;
+  if (status >= 500) return 'retry';
+  if (status === 401) return 'session';
+  if (status === 429) return 'quota';
+  return 'rejected';
+}

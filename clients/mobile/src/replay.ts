@@ -1,0 +1,139 @@
+import type { ExpiredDetails, MessageReactions, Receipt } from './api-types';
+import { dispositionOf } from './dispositions';
+import { type JournalEntry, type Outcome, reflectedIn } from './entry';
+import type { Journal } from './journal';
+import type { Scheduler } from './scheduler';
+import type { ApiResult, Transport } from './transport';
+
+/**
+ * Drives one journal entry through the ticket contract: issue (same operation ID and intent,
+ * so a retried issuance returns the same ticket), then write, or retire if a newer choice
+ * replaced it. Each step is persisted before its request. Transient failures back off;
+ * an unknown outcome keeps the intent until the server answers terminally.
+ */
+export interface BackoffOptions {
+  baseMs: number;
+  maxMs: number;
+  /** Quota refusals (429) of one issuance before it becomes terminal `quota`. */
+  maxQuotaRefusals: number;
+  random: () => number;
+}
+
+/** What a step ended with: done (terminal), later (backoff), or session (token refused). */
+export type StepEnd = 'done' | 'later' | 'session';
+
+type Failure = Exclude<ApiResult<unknown>, { kind: 'ok' }>;
+
+export class Replayer {
+  constructor(
+    private readonly journal: Journal,
+    private readonly transport: Transport,
+    private readonly scheduler: Scheduler,
+    private readonly backoff: BackoffOptions,
+    private readonly changed: (e: JournalEntry) => void,
+  ) {}
+
+  async step(entry: JournalEntry, token: string): Promise<StepEnd> {
+    if (!entry.ticket) {
+      // Nothing ever left the device: a replaced choice can simply end here.
+      if (entry.supersededBy && !entry.issueSent) return this.finish(entry, 'superseded', null, {});
+      entry.issueSent = true;
+      await this.save(entry);
+      const issued = await this.transport.issue(token, entry.operationId, entry.intent);
+      if (issued.kind !== 'ok') return this.failed(entry, token, issued);
+      entry.ticket = { token: issued.body.ticket, expiresAt: issued.body.expiresAt };
+      entry.quotaRefusals = 0;
+      await this.save(entry);
+    }
+    if (entry.supersededBy) return this.retire(entry, token, entry.ticket.token);
+    entry.writeSent = true;
+    await this.save(entry);
+    const res = await this.transport.write(token, entry.operationId, entry.ticket.token, entry.intent);
+    if (res.kind !== 'ok') return this.failed(entry, token, res);
+    return this.finish(entry, 'applied', null, { receipt: res.body.receipt, message: res.body.message });
+  }
+
+  /** Retires a replaced operation through the contract: a fence no delayed write can pass. */
+  private async retire(entry: JournalEntry, token: string, ticket: string): Promise<StepEnd> {
+    const res = await this.transport.retire(token, entry.operationId, ticket);
+    if (res.kind !== 'ok') return this.failed(entry, token, res);
+    return this.finish(entry, 'superseded', null, {
+      receipt: res.body.receipt ?? null,
+      message: res.body.message,
+    });
+  }
+
+  private async failed(entry: JournalEntry, token: string, res: Failure): Promise<StepEnd> {
+    if (res.kind === 'unknown') return this.later(entry, res.reason, null);
+    const disposition = dispositionOf(res.code, res.status);
+    if (disposition === 'retry') return this.later(entry, res.code, res.retryAfterMs);
+    if (disposition === 'session') {
+      entry.lastError = res.code;
+      await this.save(entry);
+      return 'session';
+    }
+    if (disposition === 'quota') {
+      entry.quotaRefusals += 1;
+      if (entry.quotaRefusals < this.backoff.maxQuotaRefusals)
+        return this.later(entry, res.code, res.retryAfterMs);
+      // Only issuance answers 429, so no ticket exists and nothing of this choice applied.
+      return this.finish(entry, entry.supersededBy ? 'superseded' : 'quota', res.code, {});
+    }
+    const details = (res.details ?? {}) as Partial<ExpiredDetails>;
+    const known: { receipt: Receipt | null; message?: MessageReactions | null } = {
+      receipt: details.receipt ?? null,
+      message: details.message ?? undefined,
+    };
+    // A replaced choice that can no longer apply (expired, retired) has reached its goal.
+    const outcome: Outcome =
+      entry.supersededBy && (disposition === 'expired' || disposition === 'retired')
+        ? 'superseded'
+        : disposition;
+    if (disposition === 'permission_lost') known.message = null;
+    return this.finish(entry, outcome, res.code, known, token);
+  }
+
+  private async later(entry: JournalEntry, why: string, retryAfterMs: number | null): Promise<StepEnd> {
+    entry.attempts += 1;
+    const exp = Math.min(this.backoff.maxMs, this.backoff.baseMs * 2 ** Math.min(entry.attempts - 1, 30));
+    const jittered = exp / 2 + (exp / 2) * this.backoff.random();
+    entry.nextAttemptAt = this.scheduler.now() + Math.max(jittered, retryAfterMs ?? 0);
+    entry.lastError = why;
+    await this.save(entry);
+    return 'later';
+  }
+
+  /**
+   * Terminal: stop replaying. The message shown is the server's exact current state (from
+   * the answer, else read now); it is never inferred from the lost request.
+   */
+  private async finish(
+    entry: JournalEntry,
+    outcome: Outcome,
+    code: string | null,
+    known: { receipt?: Receipt | null; message?: MessageReactions | null },
+    token?: string,
+  ): Promise<StepEnd> {
+    let message = known.message;
+    if (message === undefined && token) {
+      const read = await this.transport.reactions(token, entry.intent.messageId);
+      message = read.kind === 'ok' ? read.body : null;
+    }
+    entry.terminal = {
+      outcome,
+      code,
+      at: this.scheduler.now(),
+      receipt: known.receipt ?? null,
+      message: message ?? null,
+      reflected: reflectedIn(message ?? null, entry.actorId, entry.intent.emoji),
+    };
+    entry.lastError = code;
+    await this.save(entry);
+    return 'done';
+  }
+
+  private async save(entry: JournalEntry): Promise<void> {
+    await this.journal.save(entry);
+    this.changed(entry);
+  }
+}
