@@ -130,13 +130,15 @@ export class ActorHost extends DurableObject<Env> {
     });
   }
 
-  /** The actor's timer, or a short retry while messages wait for their availability time. */
+  /** The actor's timer, a delayed message, or a pending effect's (retry) run time: the earliest. */
   private async nextAlarm(pool: Pool, instanceId: string): Promise<number | null> {
     const inst = await loadInstance(pool, instanceId);
     const { rows } = await pool.query<{ now: string; next: string | null }>(
       `select app_now_ms() as now,
-              (select min(available_at_ms) from actor_mailbox
-                where instance_id = $1 and state = 'pending') as next`,
+              least((select min(available_at_ms) from actor_mailbox
+                      where instance_id = $1 and state = 'pending'),
+                    (select min(run_at_ms) from effects
+                      where origin_instance_id = $1 and status = 'pending')) as next`,
       [instanceId],
     );
     const dbNow = Number(rows[0]!.now);

@@ -7,7 +7,8 @@ import { claimEffects } from '../../workers/effects/scheduler';
 import { type EffectHandle, effectConfig } from '../../workers/effects/types';
 import { uid } from '../helpers/db';
 
-export const config = effectConfig({ staleAfterMs: 30_000, claimScanLimit: 100 });
+// Files share one database: a high scan limit so other files' leftovers never crowd out ours.
+export const config = effectConfig({ staleAfterMs: 30_000, claimScanLimit: 10_000 });
 
 /** A fresh instance of type `t` with its own key. */
 export async function newInstance(pool: Pool, type = 'test'): Promise<string> {

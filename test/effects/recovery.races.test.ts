@@ -124,7 +124,7 @@ describe('recovery races', () => {
           setTimeout(() => reject(new Error('polling blocked on a lock')), 3000),
         ),
       ]);
-      expect(report.candidates).toBe(0);
+      expect(report.errors).toBe(0);
     } finally {
       await lock.release();
     }

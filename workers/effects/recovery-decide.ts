@@ -121,10 +121,11 @@ export async function decideRecovery(
       const stale = !owner || Number(owner.heartbeat_at_ms) < now - effective;
       if (!stale) out = { outcome: 'deferred', ownerId: e.locked_by! };
       else if (b?.recovery_operation) {
-        await tx.query('update effect_recoveries set retired_at_ms = $2 where effect_id = $1', [id, now]);
+        // Both rows are locked already; one statement saves a round trip per retirement.
         await tx.query(
-          `update effects set status = 'completed', locked_by = null, locked_at_ms = null,
-                  finished_at_ms = $2 where id = $1`,
+          `with b as (update effect_recoveries set retired_at_ms = $2 where effect_id = $1 returning effect_id)
+           update effects set status = 'completed', locked_by = null, locked_at_ms = null, finished_at_ms = $2
+            where id = (select effect_id from b)`,
           [id, now],
         );
         messages.push({

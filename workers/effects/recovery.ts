@@ -85,7 +85,8 @@ export async function runRecoveryPass(
       if (out === 'retired') report.retired++;
       else if (out === 'pending' || out === 'dead') report.requeued++;
       else if (out === 'deferred') report.deferred++;
-      if (decided.retired.length > 0 || out === 'dead')
+      // Retired: the recovery message; dead: the failure callback; pending: the host reclaims it.
+      if (out === 'retired' || out === 'dead' || out === 'pending')
         await wakeAfterCommit(opts.wake, c.origin_instance_id);
     } catch (err) {
       // A query error is an error, never a verdict of "stale".
@@ -131,7 +132,7 @@ export async function requestEffectRecovery(
   const { rows } = await tx.query<{ id: string }>(
     `insert into effect_recovery_checks (effect_id, origin_instance_id)
      select r.effect_id, r.origin_instance_id from effect_recoveries r
-      where r.effect_id = $1 and r.origin_instance_id = $2
+      where r.effect_id = $1 and r.origin_instance_id = $2 and r.expires_at_ms >= (select app_now_ms())
      returning id`,
     [h.effectId, h.instanceId],
   );
