@@ -1,0 +1,90 @@
+import { exports } from 'cloudflare:workers';
+import type { Pool } from '@neondatabase/serverless';
+import { ManualScheduler, MemoryStore, ReactionClient } from '../../clients/mobile/src';
+import type { FetchLike } from '../../clients/mobile/src/transport';
+
+/**
+ * A device's network in front of the real Worker (exports.default.fetch): online, offline
+ * (the request never leaves), or one-shot faults on the next matching request: a lost
+ * response (the server handled it, the app never hears back), a 502 from an intermediary,
+ * or a hang (the app is killed while waiting).
+ */
+export type Fault =
+  | 'lose-response'
+  | 'drop-request'
+  | 'bad-gateway'
+  | 'hang-after-server'
+  | 'hang-before-server';
+
+export class Network {
+  offline = false;
+  readonly log: string[] = [];
+  private faults: { method: string; path: RegExp; fault: Fault }[] = [];
+
+  fault(method: string, path: RegExp, fault: Fault): void {
+    this.faults.push({ method, path, fault });
+  }
+
+  count(method: string, path: RegExp): number {
+    return this.log.filter((l) => l.startsWith(`${method} `) && path.test(l.slice(method.length + 1))).length;
+  }
+
+  readonly fetch: FetchLike = async (input, init) => {
+    const method = init.method ?? 'GET';
+    const path = new URL(input).pathname;
+    if (this.offline) throw new TypeError('Network request failed (offline)');
+    this.log.push(`${method} ${path}`);
+    const i = this.faults.findIndex((f) => f.method === method && f.path.test(path));
+    const fault = i >= 0 ? this.faults.splice(i, 1)[0]!.fault : null;
+    if (fault === 'drop-request') throw new TypeError('Network request failed');
+    if (fault === 'hang-before-server') return new Promise<Response>(() => undefined);
+    if (fault === 'bad-gateway') return new Response('<html>502</html>', { status: 502 });
+    const { signal: _signal, ...rest } = init;
+    const res = await exports.default.fetch(input, rest);
+    if (!fault) return res;
+    await res.text(); // the server finished the request
+    if (fault === 'lose-response') throw new TypeError('Network connection was lost');
+    return new Promise<Response>(() => undefined);
+  };
+}
+
+export const WRITE = /^\/v1\/reaction-operations\/[^/]+$/;
+export const RETIRE = /^\/v1\/reaction-operations\/[^/]+\/retire$/;
+export const ISSUE = /^\/v1\/reaction-tickets$/;
+
+export interface Device {
+  client: ReactionClient;
+  network: Network;
+  storage: MemoryStore;
+  clock: ManualScheduler;
+}
+
+/** A device; pass `storage` (and `network`) of an earlier one to simulate an app restart. */
+export function device(
+  opts: { storage?: MemoryStore; network?: Network; clock?: ManualScheduler } = {},
+): Device {
+  const storage = opts.storage ?? new MemoryStore();
+  const network = opts.network ?? new Network();
+  const clock = opts.clock ?? new ManualScheduler();
+  const client = new ReactionClient({
+    baseUrl: 'http://device',
+    storage,
+    fetch: network.fetch,
+    scheduler: clock,
+    autoSync: false,
+    requestTimeoutMs: 10_000,
+    backoff: { baseMs: 1000, maxMs: 60_000, random: () => 1 },
+  });
+  return { client, network, storage, clock };
+}
+
+/** Server-side rows of one actor: proves "applied once" and "no new operation minted". */
+export async function serverRows(pool: Pool, actorId: string) {
+  const { rows } = await pool.query(
+    `select (select count(*)::int from private.reaction_tickets where actor_id = $1) as tickets,
+            (select count(*)::int from private.chat_reaction_operations where actor_id = $1) as receipts,
+            (select count(*)::int from private.chat_retired_reaction_operations where actor_id = $1) as fences`,
+    [actorId],
+  );
+  return rows[0] as { tickets: number; receipts: number; fences: number };
+}
