@@ -37,7 +37,6 @@ export function actorHostStub(env: Env, instanceId: string) {
  * and the minute cron's pass recovers what a dead host held.
  */
 export class ActorHost extends DurableObject<Env> {
-  private inFlight = 0;
   private pumping: Promise<PumpReport> | null = null;
   private again = false;
 
@@ -66,10 +65,16 @@ export class ActorHost extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     const instanceId = await this.ctx.storage.get<string>('instanceId');
     if (!instanceId) return;
-    if (this.inFlight > 0)
-      await this.withPool((pool) => this.beat(pool, this.config())).catch((err) =>
+    if (this.pumping) {
+      // Effects may be in flight: heartbeat and come back, without waiting for the pump
+      // (alarms do not overlap, so awaiting it would stop the heartbeat cadence).
+      await this.withPool((pool) => this.beat(pool)).catch((err) =>
         log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
       );
+      await this.ctx.storage.setAlarm(Date.now() + heartbeatEveryMs(this.config()));
+      this.again = true;
+      return;
+    }
     try {
       await this.wake(instanceId);
     } catch (err) {
@@ -92,7 +97,7 @@ export class ActorHost extends DurableObject<Env> {
   }
 
   /** Heartbeats the host's process, registering a new one if it was stopped or pruned. */
-  private async beat(pool: Pool, _config: EffectRuntimeConfig): Promise<string> {
+  private async beat(pool: Pool): Promise<string> {
     const known = await this.ctx.storage.get<string>('processId');
     if (known && (await heartbeat(pool, known))) return known;
     const id = await registerProcess(pool, 'actor-host');
@@ -105,23 +110,19 @@ export class ActorHost extends DurableObject<Env> {
     return this.withPool(async (pool) => {
       const handled = await drainInstance(pool, effectRegistry, instanceId, config);
       const checks = (await processRecoveryChecks(pool, instanceId, config)).size;
-      const processId = await this.beat(pool, config);
+      const processId = await this.beat(pool);
       const report = { handled, checks, claimed: 0, completed: 0, failed: 0, alarmAt: null as number | null };
       for (;;) {
-        this.inFlight++;
+        // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
         await this.armAlarm(Date.now() + heartbeatEveryMs(config));
-        try {
-          const r = await runClaimedEffects(pool, effectRegistry, processId, {
-            limit: EFFECT_BATCH,
-            instanceId,
-          });
-          report.claimed += r.claimed;
-          report.completed += r.completed;
-          report.failed += r.failed;
-          if (r.claimed < EFFECT_BATCH) break;
-        } finally {
-          this.inFlight--;
-        }
+        const r = await runClaimedEffects(pool, effectRegistry, processId, {
+          limit: EFFECT_BATCH,
+          instanceId,
+        });
+        report.claimed += r.claimed;
+        report.completed += r.completed;
+        report.failed += r.failed;
+        if (r.claimed < EFFECT_BATCH) break;
       }
       // Completions may have sent callbacks (failed/completed) to this very mailbox.
       report.handled += await drainInstance(pool, effectRegistry, instanceId, config);
@@ -146,7 +147,7 @@ export class ActorHost extends DurableObject<Env> {
       .filter((v): v is string => typeof v === 'string')
       .map(Number);
     if (candidates.length === 0) {
-      if (this.inFlight === 0) await this.ctx.storage.deleteAlarm();
+      await this.ctx.storage.deleteAlarm();
       return null;
     }
     // Database time decides due-ness; translate to this isolate's clock for the alarm.
