@@ -1,7 +1,9 @@
-import { exports } from 'cloudflare:workers';
+import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
+import { env, exports } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { ManualScheduler, MemoryStore, ReactionClient } from '../../clients/mobile/src';
 import type { FetchLike } from '../../clients/mobile/src/transport';
+import worker from '../../workers/index';
 
 /**
  * A device's network in front of the real Worker (exports.default.fetch): online, offline
@@ -21,8 +23,15 @@ export class Network {
   readonly log: string[] = [];
   private faults: { method: string; path: RegExp; fault: Fault }[] = [];
 
+  /** `bindings` override the Worker's env (e.g. tighter quotas), as production would run it. */
+  constructor(private readonly bindings?: Record<string, unknown>) {}
+
   fault(method: string, path: RegExp, fault: Fault): void {
     this.faults.push({ method, path, fault });
+  }
+
+  clearFaults(): void {
+    this.faults = [];
   }
 
   count(method: string, path: RegExp): number {
@@ -40,12 +49,21 @@ export class Network {
     if (fault === 'hang-before-server') return new Promise<Response>(() => undefined);
     if (fault === 'bad-gateway') return new Response('<html>502</html>', { status: 502 });
     const { signal: _signal, ...rest } = init;
-    const res = await exports.default.fetch(input, rest);
+    const res = await this.server(input, rest);
     if (!fault) return res;
     await res.text(); // the server finished the request
     if (fault === 'lose-response') throw new TypeError('Network connection was lost');
     return new Promise<Response>(() => undefined);
   };
+
+  private async server(input: string, init: RequestInit): Promise<Response> {
+    if (!this.bindings) return exports.default.fetch(input, init);
+    const ctx = createExecutionContext();
+    const res = await worker.fetch(new Request(input, init), { ...env, ...this.bindings }, ctx);
+    const body = await res.arrayBuffer();
+    await waitOnExecutionContext(ctx);
+    return new Response(body, { status: res.status, headers: res.headers });
+  }
 }
 
 export const WRITE = /^\/v1\/reaction-operations\/[^/]+$/;
