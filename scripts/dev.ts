@@ -1,21 +1,27 @@
 // npm run dev: the whole service locally on embedded defaults.
 //   Postgres: DATABASE_URL, else an embedded server with data under .local/pg (kept between runs)
 //   migrations, the WebSocket bridge for the Neon driver, `wrangler dev` with scheduled testing,
-//   and a ticker that drives the crons on their real schedule. Ctrl-C stops everything.
+//   the Lark emulator (LARK_API_BASE, unless LARK_API_BASE is set), a demo Lark installation and a
+//   demo mobile conversation, and a ticker that drives the crons on their real schedule.
+//   Ctrl-C stops everything.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { startLarkEmulator } from '../emulator/server';
 import { startBridge } from './lib/bridge';
+import { setupLarkDemo } from './lib/demo-setup';
 import { acquireDevLock } from './lib/dev-lock';
 import { migrate } from './lib/migrator';
 import { usePostgres, withDatabase } from './lib/postgres';
+import { seedMobileDemo } from './lib/seed-mobile';
 import { startCronTicker } from './lib/ticker';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const local = `${root}.local`;
 const port = Number(process.env.PORT ?? 8787);
+const emulatorPort = Number(process.env.LARK_EMULATOR_PORT ?? 8790);
 const say = (line: string) => console.log(`[dev] ${line}`);
 
 mkdirSync(local, { recursive: true });
@@ -76,10 +82,18 @@ try {
   const bridge = await startBridge();
   cleanups.push(() => bridge.close());
   const secrets = localSecrets();
+  // Real Lark cannot be reached from here; with LARK_API_BASE set, the emulator stays off.
+  let larkBase = process.env.LARK_API_BASE;
+  if (!larkBase) {
+    const emulator = await startLarkEmulator({ port: emulatorPort });
+    cleanups.push(() => emulator.close());
+    larkBase = emulator.url;
+  }
   const vars: Record<string, string> = {
     ...secrets,
     DATABASE_URL: databaseUrl,
     NEON_WS_PROXY: `127.0.0.1:${bridge.port}/v2`,
+    LARK_API_BASE: larkBase,
   };
 
   const wrangler: ChildProcess = spawn(
@@ -126,10 +140,19 @@ try {
     await new Promise((r) => setTimeout(r, 250));
   }
   cleanups.push(startCronTicker(base, say));
+  const lark = await setupLarkDemo({
+    serviceUrl: base,
+    adminToken: secrets.ADMIN_TOKEN!,
+    emulatorUrl: larkBase,
+  });
+  const mobile = await seedMobileDemo(databaseUrl, secrets.ACTOR_JWT_SECRET!);
 
   say('ready');
-  say(`  service   ${base}   (GET /healthz)`);
+  say(`  service   ${base}   (GET /healthz, /v1/openapi.json)`);
   say(`  admin     Authorization: Bearer ${secrets.ADMIN_TOKEN}`);
+  say(`  lark      emulator ${larkBase}; demo installation ${lark.installationId} → npm run demo`);
+  say(`  mobile    actor ${mobile.actorId}, message ${mobile.messageId} in ${mobile.conversationId}`);
+  say(`            Authorization: Bearer ${mobile.token}`);
   say('  crons     driven locally every minute; Ctrl-C stops everything');
 } catch (err) {
   console.error(`[dev] failed: ${(err as Error).message}`);
