@@ -49,12 +49,25 @@ export class ActorHost extends DurableObject<Env> {
     }
     this.pumping = (async () => {
       try {
-        let report: PumpReport;
+        const total: PumpReport = {
+          handled: 0,
+          checks: 0,
+          claimed: 0,
+          completed: 0,
+          failed: 0,
+          alarmAt: null,
+        };
         do {
           this.again = false;
-          report = await this.pump(instanceId);
+          const r = await this.pump(instanceId);
+          total.handled += r.handled;
+          total.checks += r.checks;
+          total.claimed += r.claimed;
+          total.completed += r.completed;
+          total.failed += r.failed;
+          total.alarmAt = r.alarmAt;
         } while (this.again);
-        return report;
+        return total;
       } finally {
         this.pumping = null;
       }

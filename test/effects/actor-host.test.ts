@@ -50,7 +50,17 @@ effectRegistry
       return { ...state, inputs: [...state.inputs, event.key] };
     },
   })
-  .registerEffect({ kind: 'test.reply', run: async (e) => ({ echoed: e.args }) });
+  .registerEffect({ kind: 'test.reply', run: async (e) => ({ echoed: e.args }) })
+  .registerEffect({ kind: 'test.slow', run: () => gate.promise });
+
+// Holds a `test.slow` effect in flight until the test opens it.
+const gate: { promise: Promise<unknown>; open: (v: unknown) => void } = (() => {
+  let open: (v: unknown) => void = () => undefined;
+  const promise = new Promise((r) => {
+    open = r;
+  });
+  return { promise, open: (v: unknown) => open(v) };
+})();
 
 const pool = testPool();
 afterEach(() => setDbClockOffset(pool, 0));
@@ -117,5 +127,33 @@ describe('ActorHost', () => {
     );
     await waitOnExecutionContext(ctx);
     expect((await stateOf(inst)).inputs).toEqual(['in:lost']);
+  });
+
+  it('heartbeats its process from the alarm while it holds a claim', async () => {
+    const inst = await ensureInstance(pool, 'debounce-test', uid('c'));
+    const [h] = await emit(pool, inst, [
+      { kind: 'test.slow', opts: { recovery: { operation: 'settle-failed' } } },
+    ]);
+    const host = actorHostStub(env, inst);
+    const pumping = host.wake(inst);
+    let owner: string | null = null;
+    for (let i = 0; i < 200 && !owner; i++) {
+      const { rows } = await pool.query<{ locked_by: string | null }>(
+        'select locked_by from effects where id = $1',
+        [h!.effectId],
+      );
+      owner = rows[0]?.locked_by ?? null;
+      if (!owner) await new Promise((r) => setTimeout(r, 10));
+    }
+    expect(owner).not.toBeNull();
+    await ageHeartbeat(pool, owner!, 25_000);
+    expect(await runDurableObjectAlarm(host)).toBe(true);
+    const { rows } = await pool.query<{ age: string }>(
+      'select app_now_ms() - heartbeat_at_ms as age from effect_processes where id = $1',
+      [owner],
+    );
+    expect(Number(rows[0]!.age)).toBeLessThan(5_000);
+    gate.open({ slow: 'done' });
+    expect(await pumping).toMatchObject({ completed: 1 });
   });
 });
