@@ -5,7 +5,7 @@ import { httpAgent, setAgentOverride } from '../../workers/agents';
 import { registerProcess } from '../../workers/effects/processes';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance } from '../../workers/effects/runner';
-import { claimEffects } from '../../workers/effects/scheduler';
+import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
 import { effectConfig } from '../../workers/effects/types';
 import worker from '../../workers/index';
 import { ageHeartbeat } from '../effects/helpers';
@@ -21,6 +21,7 @@ import {
   say,
   stateOf,
   textOf,
+  turns,
   untilSettled,
 } from './helpers';
 
@@ -72,7 +73,7 @@ async function doomedWorkerRuns(chat: Chat, opts: { deliver: boolean }) {
       AbortSignal.timeout(10_000),
     );
   await ageHeartbeat(pool, dead, 31_000);
-  return claimed!;
+  return { claimed: claimed!, dead };
 }
 
 async function minuteCron() {
@@ -120,7 +121,7 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
     const anchor = await say(chat, 'reply once please');
     await pump(chat);
     const running = await flushOnly(chat);
-    const claimed = await doomedWorkerRuns(chat, { deliver: true });
+    const { claimed, dead } = await doomedWorkerRuns(chat, { deliver: true });
     const posted = await repliesTo(anchor);
     expect(posted).toHaveLength(1);
     expect((posted[0] as unknown as { reply_uuid: string }).reply_uuid).toBe(running.deliveryKey);
@@ -136,6 +137,13 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
       [claimed.id],
     );
     expect(rows[0]!.retired_at_ms).not.toBeNull();
+
+    // The doomed worker's late completion is refused: its claim was retired.
+    const late = await completeEffects(pool, dead, [
+      { id: claimed.id, result: { outcome: 'delivered', replyMessageId: posted[0]!.message_id } },
+    ]);
+    expect(late).toEqual({ accepted: [], rejected: [claimed.id] });
+    expect(await turns(pool, chat)).toHaveLength(1);
   });
 
   it("a Lark user's message gets a reply exactly once even when a worker dies mid-turn before posting", async () => {

@@ -79,6 +79,24 @@ describe('conversation turns', { timeout: 30_000 }, () => {
     expect((await repliesTo(second)).map(textOf)).toEqual(['echo: second']);
   });
 
+  it('concurrent events of one conversation get distinct positions and coalesce into one turn', async () => {
+    const chat = newChat(app);
+    const ids = await Promise.all(['p', 'q', 'r', 's', 't'].map((t) => say(chat, t)));
+    await pump(chat);
+    const { rows } = await pool.query<{ message_id: string; position: string }>(
+      'select message_id, position from lark_inbound_messages where session_id = $1 order by position',
+      [chat.sessionId],
+    );
+    expect(rows.map((r) => Number(r.position))).toEqual([1, 2, 3, 4, 5]);
+    expect(new Set(rows.map((r) => r.message_id))).toEqual(new Set(ids));
+    const waiting = await stateOf(pool, chat);
+    expect(waiting.pending.map((p) => p.position)).toEqual([1, 2, 3, 4, 5]);
+    await fireDebounce(pool, chat);
+    expect(await untilSettled(pool, chat, 1)).toMatchObject({ input_count: 5, cutoff_position: '5' });
+    const anchor = rows[4]!.message_id;
+    expect(await repliesTo(anchor)).toHaveLength(1);
+  });
+
   it('token expiry mid-run: the reply refreshes the tenant token once and posts once', async () => {
     const chat = newChat(app);
     const warm = await say(chat, 'warm the token cache');
