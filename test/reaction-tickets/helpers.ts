@@ -109,16 +109,23 @@ export async function ticketFor(token: string, operationId: string, intent: Inte
   return res.body.ticket;
 }
 
-export function put(token: string, operationId: string, ticket: string | undefined, intent: IntentInput) {
-  return call('PUT', `/v1/reaction-operations/${operationId}`, { token, body: { ...intent, ticket } });
+export function put(
+  token: string,
+  operationId: string,
+  ticket: string | undefined,
+  intent: IntentInput,
+  env?: Record<string, unknown>,
+) {
+  return call('PUT', `/v1/reaction-operations/${operationId}`, { token, body: { ...intent, ticket }, env });
 }
 
-export function retire(token: string, operationId: string, ticket?: string) {
-  return call('POST', `/v1/reaction-operations/${operationId}/retire`, {
-    token,
-    body: ticket ? { ticket } : {},
-  });
+export function retire(token: string, operationId: string, ticket?: string, env?: Record<string, unknown>) {
+  const body = ticket ? { ticket } : {};
+  return call('POST', `/v1/reaction-operations/${operationId}/retire`, { token, body, env });
 }
+
+/** Generous budgets for requests a test deliberately keeps waiting on a lock (slow CI machines). */
+export const PATIENT = { REACTION_LOCK_TIMEOUT_MS: '20000', REACTION_TX_BUDGET_MS: '25000' };
 
 export function reactions(token: string, messageId: string) {
   return call('GET', `/v1/messages/${messageId}/reactions`, { token });

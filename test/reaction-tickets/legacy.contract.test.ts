@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { getLegacyContractStatus } from '../../workers/reaction-tickets/contract';
 import { backendPid, testPool, waitUntilBlocked } from '../helpers/db';
-import { blockedBy, call, opId, put, retire, seedWorld, snapshot, ticketFor } from './helpers';
+import { blockedBy, call, opId, PATIENT, put, retire, seedWorld, snapshot, ticketFor } from './helpers';
 
 const pool = testPool();
 // The contract state is one row shared by the test database: leave it open for other files
@@ -54,7 +54,7 @@ describe('legacy unbounded desired-state contract', () => {
       await inflight.query(
         "select 1 from private.write_contract_state where contract = 'legacy_desired_state' for share",
       );
-      const closing = call('POST', '/admin/reaction-contract/legacy/close', { admin: true });
+      const closing = call('POST', '/admin/reaction-contract/legacy/close', { admin: true, env: PATIENT });
       const closer = await blockedBy(pool, await backendPid(inflight));
       await waitUntilBlocked(pool, closer);
       expect((await getLegacyContractStatus(pool)).open).toBe(true);

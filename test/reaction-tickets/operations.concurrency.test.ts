@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { testPool } from '../helpers/db';
-import { opId, put, reactions, seedWorld, ticketFor } from './helpers';
+import { opId, PATIENT, put, reactions, seedWorld, ticketFor } from './helpers';
 
 const pool = testPool();
 afterAll(() => pool.end());
@@ -12,7 +12,9 @@ describe('concurrent connections on one message', () => {
     const op = opId();
     const intent = { messageId: message, emoji: '🏁', desired: 'present' as const };
     const ticket = await ticketFor(token, op, intent);
-    const replies = await Promise.all(Array.from({ length: 8 }, () => put(token, op, ticket, intent)));
+    const replies = await Promise.all(
+      Array.from({ length: 8 }, () => put(token, op, ticket, intent, PATIENT)),
+    );
     expect(replies.map((r) => r.status)).toEqual(Array(8).fill(200));
     const receipts = new Set(replies.map((r) => JSON.stringify(r.body.receipt)));
     expect(receipts.size).toBe(1);
@@ -37,7 +39,7 @@ describe('concurrent connections on one message', () => {
     }));
     const tickets = await Promise.all(w.actors.map((_, i) => ticketFor(w.tokens[i]!, ops[i]!, intents[i]!)));
     const replies = await Promise.all(
-      w.actors.map((_, i) => put(w.tokens[i]!, ops[i]!, tickets[i]!, intents[i]!)),
+      w.actors.map((_, i) => put(w.tokens[i]!, ops[i]!, tickets[i]!, intents[i]!, PATIENT)),
     );
     expect(replies.map((r) => r.status)).toEqual(Array(n).fill(200));
     // Message serialization: every change got its own version, 1..n, none lost or shared.
@@ -64,7 +66,9 @@ describe('concurrent connections on one message', () => {
     }));
     const ops = intents.map(() => opId());
     const tickets = await Promise.all(intents.map((intent, i) => ticketFor(token, ops[i]!, intent)));
-    const replies = await Promise.all(intents.map((intent, i) => put(token, ops[i]!, tickets[i]!, intent)));
+    const replies = await Promise.all(
+      intents.map((intent, i) => put(token, ops[i]!, tickets[i]!, intent, PATIENT)),
+    );
     expect(replies.every((r) => r.status === 200)).toBe(true);
     const current = (await reactions(token, message)).body;
     const present = current.reactions.some((r: { emoji: string }) => r.emoji === '🔁');

@@ -10,6 +10,7 @@ import {
   call,
   DAY_MS,
   opId,
+  PATIENT,
   put,
   type Reply,
   reactions,
@@ -92,12 +93,14 @@ describe('terminal expiry (410 operation_expired, nothing mutated)', () => {
     const before = await snapshot(pool, message, actor);
     const current = (await reactions(token, message)).body;
     expectExpired(
-      await expireWhileBlocked(RETIREMENT_LOCK_SQL, [actor, op], () => put(token, op, ticket, intent)),
+      await expireWhileBlocked(RETIREMENT_LOCK_SQL, [actor, op], () =>
+        put(token, op, ticket, intent, PATIENT),
+      ),
       current,
     );
     await setDbClockOffset(pool, 0);
     expectExpired(
-      await expireWhileBlocked(RETIREMENT_LOCK_SQL, [actor, op], () => retire(token, op, ticket)),
+      await expireWhileBlocked(RETIREMENT_LOCK_SQL, [actor, op], () => retire(token, op, ticket, PATIENT)),
       current,
     );
     expect(await snapshot(pool, message, actor)).toEqual(before);

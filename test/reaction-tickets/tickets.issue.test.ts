@@ -1,3 +1,4 @@
+import { env } from 'cloudflare:workers';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testPool } from '../helpers/db';
 import { call, DAY_MS, issue, opId, seedWorld, snapshot, tokenFor } from './helpers';
@@ -146,5 +147,26 @@ describe('issuance bounds (WorkspaceQuota)', () => {
       [w.actors[0]],
     );
     expect(rows[0].n).toBe(3);
+  });
+
+  it('a lost lease release cannot wedge an actor: the DO reconciles with the database at the bound', async () => {
+    const w = await seedWorld();
+    const quota = env.WORKSPACE_QUOTA.get(env.WORKSPACE_QUOTA.idFromName(w.workspaceId));
+    // A lease whose release never arrived (its operation is not outstanding in the database).
+    const stale = await quota.reserveTicket({
+      actorId: w.actors[0]!,
+      operationId: 'lost-release-op',
+      ttlMs: 7 * DAY_MS,
+      maxOutstanding: 1,
+      ratePerMinute: 100,
+    });
+    expect(stale.ok).toBe(true);
+    const res = await call('POST', '/v1/reaction-tickets', {
+      token: w.tokens[0]!,
+      env: { REACTION_TICKET_MAX_OUTSTANDING: '1' },
+      body: { operationId: opId(), messageId: w.messages[0]!, emoji: '🔓', desired: 'present' },
+    });
+    expect(res.status).toBe(201);
+    expect(await quota.outstanding(w.actors[0]!)).toBe(1);
   });
 });
