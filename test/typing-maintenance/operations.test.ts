@@ -2,6 +2,7 @@ import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MaintenanceStatus } from '../../durable-objects/typing-maintenance';
 import { runMaintenancePasses } from '../../workers/typing-ledger/maintenance';
 import { setDbClockOffset, testPool, uid } from '../helpers/db';
 import { emu } from '../lark/helpers';
@@ -86,8 +87,8 @@ describe('admin API and the maintenance object', () => {
   });
 
   it('stop moves the generation and disables: no pass until enable', async () => {
-    const before = await (await admin('status')).json();
-    const stopped = await (await admin('stop', 'POST')).json();
+    const before = (await (await admin('status')).json()) as { maintenance: MaintenanceStatus };
+    const stopped = (await (await admin('stop', 'POST')).json()) as MaintenanceStatus;
     expect(stopped).toMatchObject({ enabled: false, drained: true });
     expect(stopped.stopGeneration).toBe(before.maintenance.stopGeneration + 1);
     const lastAt = stopped.lastReport?.at ?? null;
