@@ -157,6 +157,12 @@ export async function processRecoveryChecks(
   config: EffectRuntimeConfig,
   opts: { wake?: WakeFn; limit?: number } = {},
 ): Promise<Map<string, RecoveryOutcome>> {
+  // Unlocked hint first: most wakes have no open check and need no transaction at all.
+  const open = await pool.query(
+    'select 1 from effect_recovery_checks where origin_instance_id = $1 and outcome is null limit 1',
+    [instanceId],
+  );
+  if ((open.rowCount ?? 0) === 0) return new Map();
   let retiredAny = false;
   const outcomes = await withTx(pool, { budgetMs: TX_BUDGET_MS }, async (tx) => {
     // The instance lock (taken again, first, inside decideRecovery) serializes batches.
