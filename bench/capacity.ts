@@ -16,7 +16,7 @@ import {
   settleTurnInputs,
   withdrawAfterCommit,
 } from '../workers/typing-ledger';
-import { runMaintenancePasses } from '../workers/typing-ledger/maintenance';
+import { runMaintenancePasses } from '../workers/typing-ledger/maintenance-passes';
 import { startBenchStack } from './lib/stack';
 
 const { values: a } = parseArgs({

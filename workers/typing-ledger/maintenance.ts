@@ -1,99 +1,14 @@
-import type { Pool } from '@neondatabase/serverless';
 import { pruneEventReceipts } from '../channel/webhook';
-import { type Clock, systemClock } from '../clock';
-import type { KeyRing } from '../crypto/sealed';
 import { openPool } from '../db/pool';
-import { withTx } from '../db/tx';
 import { type Env, loadConfig } from '../env';
-import { log } from '../log';
-import { type ExpireReport, runExpiration } from './passes/expire';
-import { type PassScope, RECEIPTS_BUDGET_MS, RECEIPTS_LIMIT } from './passes/limits';
-import { type PruneReport, runPruning } from './passes/prune';
-import { type RetryReport, runRemoteRetry } from './passes/retry';
+import { type MaintenanceOptions, type MaintenanceReport, runMaintenancePasses } from './maintenance-passes';
 
-/** What one 30-second maintenance run did (no row contents, never a snapshot). */
-export interface MaintenanceReport {
-  startedAt: number;
-  durationMs: number;
-  /** Set when the stop generation moved or maintenance was disabled mid-run. */
-  stopped: boolean;
-  expire: ExpireReport | { error: string } | null;
-  prune: PruneReport | { error: string } | null;
-  receipts: { pruned: number; durationMs: number } | { error: string } | null;
-  retry: RetryReport | { error: string } | null;
-}
-
-export interface MaintenanceOptions {
-  keys: KeyRing;
-  clock?: Clock;
-  scope?: PassScope;
-  fetch?: typeof fetch;
-  /** False when the run must stop (new stop generation, disabled); checked between steps and rows. */
-  admit?: () => boolean;
-  /** Overrides for tests and the capacity run; production uses the spec's limits. */
-  retry?: { passBudgetMs?: number; opBudgetMs?: number; concurrency?: number };
-}
+export { type MaintenanceOptions, type MaintenanceReport, runMaintenancePasses } from './maintenance-passes';
 
 /**
- * One run: expiration, pruning, the receipts step, then the remote retries. Each step has its
- * own budget and runs whatever happened before it, so a remote-retry backlog (or a failing
- * step) can never starve expiry and pruning: they go first and never wait on Lark.
+ * The Durable Object's entry: one pool for the run, ended afterwards. The passes live in
+ * maintenance-passes.ts (Node-safe); this adds the Worker-side webhook receipts step.
  */
-export async function runMaintenancePasses(pool: Pool, opts: MaintenanceOptions): Promise<MaintenanceReport> {
-  const clock = opts.clock ?? systemClock;
-  const admit = opts.admit ?? (() => true);
-  const startedAt = clock.now();
-  const report: MaintenanceReport = {
-    startedAt,
-    durationMs: 0,
-    stopped: false,
-    expire: null,
-    prune: null,
-    receipts: null,
-    retry: null,
-  };
-  // Each step: admitted first, failure logged as an error, the next step runs regardless.
-  const step = async <T>(name: string, fn: () => Promise<T>): Promise<T | { error: string } | null> => {
-    if (!admit()) {
-      report.stopped = true;
-      return null;
-    }
-    try {
-      return await fn();
-    } catch (err) {
-      log.error('typing_maintenance_step_failed', { step: name, error: err });
-      return { error: err instanceof Error ? err.message.slice(0, 200) : 'unknown' };
-    }
-  };
-  report.expire = await step('expire', () => runExpiration(pool, { scope: opts.scope, clock }));
-  report.prune = await step('prune', () => runPruning(pool, { scope: opts.scope, clock }));
-  // A scoped (test/capacity) run leaves the shared receipts table alone.
-  if (!opts.scope) report.receipts = await step('receipts', () => pruneReceipts(pool, clock));
-  report.retry = await step('retry', () =>
-    runRemoteRetry(pool, {
-      keys: opts.keys,
-      scope: opts.scope,
-      clock,
-      fetch: opts.fetch,
-      admit,
-      ...opts.retry,
-    }),
-  );
-  if (!admit()) report.stopped = true;
-  report.durationMs = clock.now() - startedAt;
-  return report;
-}
-
-/** The Lark webhook's dedup receipts: own small budget and row cap. */
-async function pruneReceipts(pool: Pool, clock: Clock) {
-  const started = clock.now();
-  const pruned = await withTx(pool, { budgetMs: RECEIPTS_BUDGET_MS, maxAttempts: 1, clock }, (tx) =>
-    pruneEventReceipts(tx, RECEIPTS_LIMIT),
-  );
-  return { pruned, durationMs: clock.now() - started };
-}
-
-/** The Durable Object's entry: one pool for the run, ended afterwards. */
 export async function runTypingMaintenance(
   env: Env,
   opts: Omit<MaintenanceOptions, 'keys'> = {},
@@ -101,7 +16,11 @@ export async function runTypingMaintenance(
   const config = loadConfig(env);
   const pool = openPool(config, 8);
   try {
-    return await runMaintenancePasses(pool, { ...opts, keys: config.SECRET_KEYS });
+    return await runMaintenancePasses(pool, {
+      pruneReceipts: pruneEventReceipts,
+      ...opts,
+      keys: config.SECRET_KEYS,
+    });
   } finally {
     await pool.end();
   }
