@@ -21,6 +21,17 @@ async function wakeAfterCommit(wake: WakeFn | undefined, instanceId: string): Pr
   }
 }
 
+/** $1 = runtime threshold (ms), $2 = scan limit. Exported so tests can EXPLAIN the exact text. */
+export const STALE_CANDIDATES_SQL = `select e.id, e.origin_instance_id
+       from effects e
+       left join effect_processes p on p.id = e.locked_by
+       left join effect_recoveries r on r.effect_id = e.id
+      where e.status = 'processing'
+        and (p.id is null
+             or p.heartbeat_at_ms < (select app_now_ms()) - greatest($1::bigint, coalesce(r.timeout_ms, 0)))
+      order by e.id
+      limit $2`;
+
 /**
  * Candidates for automatic recovery: processing effects whose owner is missing or whose
  * heartbeat is older than the effective timeout, by database time. Reads only the partial
@@ -31,18 +42,10 @@ export async function staleCandidates(
   q: Queryable,
   config: Pick<EffectRuntimeConfig, 'staleAfterMs' | 'claimScanLimit'>,
 ): Promise<{ id: string; origin_instance_id: string }[]> {
-  const { rows } = await q.query<{ id: string; origin_instance_id: string }>(
-    `select e.id, e.origin_instance_id
-       from effects e
-       left join effect_processes p on p.id = e.locked_by
-       left join effect_recoveries r on r.effect_id = e.id
-      where e.status = 'processing'
-        and (p.id is null
-             or p.heartbeat_at_ms < (select app_now_ms()) - greatest($1::bigint, coalesce(r.timeout_ms, 0)))
-      order by e.id
-      limit $2`,
-    [config.staleAfterMs, config.claimScanLimit],
-  );
+  const { rows } = await q.query<{ id: string; origin_instance_id: string }>(STALE_CANDIDATES_SQL, [
+    config.staleAfterMs,
+    config.claimScanLimit,
+  ]);
   return rows;
 }
 
