@@ -43,12 +43,9 @@ describe('terminal states other than expiry', () => {
     await d.client.signIn({ actorId, token });
     d.network.fault('PUT', WRITE, 'drop-request');
     const holder = await d.client.choose({ messageId, emoji: '1️⃣', desired: 'present' });
-    d.network.offline = false;
     await d.client.sync(); // holder: ticket outstanding (its write did not arrive)
-    d.network.offline = true;
     d.clock.advance(60_000);
     const waiting = await d.client.choose({ messageId, emoji: '2️⃣', desired: 'present' });
-    d.network.offline = false;
     // Keep the holder outstanding: its writes keep failing in the network.
     for (let i = 0; i < 5; i++) d.network.fault('PUT', WRITE, 'drop-request');
     for (let i = 0; i < 3; i++) {
