@@ -1,0 +1,74 @@
+import type { EffectHandle } from '../effects/types';
+import type { TurnOutcome } from './typing-hooks';
+
+// The conversation actor's state, its mailbox payload and its reply effect's contract.
+
+export interface ConversationSettings {
+  /** Quiet time after the newest input before a turn starts. */
+  debounceMs: number;
+  /** A burst never delays its first input longer than this. */
+  maxDebounceMs: number;
+}
+
+/** The mailbox payload the webhook enqueues (key `in:<position>`). */
+export interface InputMessage {
+  session: SessionInfo;
+  position: number;
+  contextRevision: number;
+  messageId: string;
+  senderOpenId: string | null;
+  text: string;
+  createdAtMs: number | null;
+}
+
+export interface SessionInfo {
+  installationId: string;
+  workspaceId: string;
+  appId: string;
+  chatId: string;
+  threadId: string | null;
+}
+
+export type TurnInput = Omit<InputMessage, 'session'>;
+
+export interface RunningTurn {
+  turnNo: number;
+  contextRevision: number;
+  inputs: TurnInput[];
+  cutoffPosition: number;
+  anchorMessageId: string;
+  /** The Lark `uuid` of the reply: the first generation's effect id, for every generation. */
+  deliveryKey: string;
+  generation: number;
+  current: EffectHandle;
+}
+
+export interface ConversationState {
+  session: SessionInfo | null;
+  pending: TurnInput[];
+  firstPendingAtMs: number | null;
+  dueAtMs: number | null;
+  turnNo: number;
+  turn: RunningTurn | null;
+  lastOutcome: { turnNo: number; outcome: TurnOutcome } | null;
+}
+
+/** The `channel.reply` effect's arguments (no secrets: the executor loads the installation). */
+export interface ReplyArgs {
+  sessionId: string;
+  session: SessionInfo;
+  turnNo: number;
+  generation: number;
+  contextRevision: number;
+  anchorMessageId: string;
+  /** null for generation 1: the executor uses its own effect id. */
+  deliveryKey: string | null;
+  inputs: TurnInput[];
+}
+
+/** What a reply run reports on completion. */
+export interface ReplyResult {
+  outcome: 'delivered' | 'anchor_gone' | 'failed';
+  replyMessageId: string | null;
+  reason?: string;
+}
