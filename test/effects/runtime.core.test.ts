@@ -12,7 +12,7 @@ import {
   runRecoveryPass,
   staleCandidates,
 } from '../../workers/effects/recovery';
-import { claimEffects, completeEffects, failEffects } from '../../workers/effects/scheduler';
+import { completeEffects, failEffects } from '../../workers/effects/scheduler';
 import { EFFECT_PROTOCOL_VERSION } from '../../workers/effects/types';
 import { setDbClockOffset, testPool } from '../helpers/db';
 import { ageHeartbeat, bindingRow, claimOf, config, effectRow, emit, messages, newInstance } from './helpers';
