@@ -39,6 +39,9 @@ export default defineConfig({
         ],
         test: {
           name: 'workers',
+          // Projects do not inherit the root's test options.
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
           include: ['test/**/*.test.ts'],
           exclude: ['test/node/**'],
           // Files share one database and its test clock: run them one at a time.
@@ -48,6 +51,8 @@ export default defineConfig({
       {
         test: {
           name: 'node',
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
           environment: 'node',
           include: ['test/node/**/*.test.ts'],
           fileParallelism: false,

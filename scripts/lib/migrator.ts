@@ -10,7 +10,7 @@ import pg from 'pg';
  *
  * - `NNNN_name.sql` files run in order; each is recorded with a sha256 checksum in the
  *   same transaction as its statements, so a concurrent runner is detected.
- * - A session advisory lock makes runs one at a time.
+ * - A session advisory lock makes runs one at a time (polled; see acquireMigrationLock).
  * - A file whose first line is `-- migrate:no-transaction` runs statement by statement
  *   (needed for `create index concurrently`). Each concurrent build must say
  *   `if not exists`; before it runs, an INVALID index of that name (an interrupted build) is
@@ -103,6 +103,23 @@ async function applyFile(client: pg.Client, file: MigrationFile, log: (l: string
   await client.query(record, args);
 }
 
+/**
+ * Polls pg_try_advisory_lock instead of waiting in pg_advisory_lock: a session blocked in
+ * that call keeps a transaction open, and the runner holding the lock would then wait for it
+ * in `create index concurrently` (which waits out every older transaction): a deadlock.
+ */
+async function acquireMigrationLock(client: pg.Client, timeoutMs: number): Promise<void> {
+  const started = Date.now();
+  for (;;) {
+    const { rows } = await client.query<{ ok: boolean }>('select pg_try_advisory_lock($1) as ok', [
+      MIGRATION_LOCK_KEY,
+    ]);
+    if (rows[0]?.ok) return;
+    if (Date.now() - started > timeoutMs) throw new Error('another migration run holds the migration lock');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 export async function migrate(databaseUrl: string, opts: MigrateOptions): Promise<string[]> {
   const log = opts.log ?? (() => undefined);
   const client = new pg.Client({ connectionString: databaseUrl });
@@ -111,7 +128,7 @@ export async function migrate(databaseUrl: string, opts: MigrateOptions): Promis
   try {
     await client.query(`set statement_timeout = ${Math.floor(opts.statementTimeoutMs ?? 0)}`);
     await client.query(`set lock_timeout = ${Math.floor(opts.lockTimeoutMs ?? 60_000)}`);
-    await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+    await acquireMigrationLock(client, opts.lockTimeoutMs ?? 60_000);
     await client.query(`create table if not exists schema_migrations (
       version integer primary key, name text not null, checksum text not null,
       applied_at timestamptz not null default now())`);
