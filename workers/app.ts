@@ -1,7 +1,8 @@
 import { Hono } from 'hono';
+import { adminStatus } from './admin/status';
+import { webhook as larkWebhook } from './channel/webhook';
 import type { AppEnv } from './context';
 import { AppError } from './errors';
-import { webhook as larkWebhook } from './channel/webhook';
 import { health } from './health/routes';
 import { installations as larkInstallations } from './installations/routes';
 import { init, renderError } from './middleware';
@@ -21,6 +22,7 @@ export function createApp() {
   app.route('/', reactionAdmin);
   app.route('/', retentionAdmin);
   app.route('/', typingAdmin);
+  app.route('/', adminStatus);
   app.notFound((c) =>
     renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
   );
