@@ -1,15 +1,22 @@
 import { runDurableObjectAlarm } from 'cloudflare:test';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { setDbClockOffset, testPool } from '../helpers/db';
+import { effectRegistry } from '../../workers/effects/registry';
+import { drainInstance } from '../../workers/effects/runner';
+import { effectConfig } from '../../workers/effects/types';
+import { runExpiration } from '../../workers/typing-ledger/passes/expire';
+import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
 import { emu, installApp, type TestApp } from '../lark/helpers';
-import { fireDebounce, host, newChat, pump, say, untilSettled } from './helpers';
+import { type Chat, fireDebounce, host, newChat, PAST_DEBOUNCE_MS, pump, say, untilSettled } from './helpers';
 
 const pool = testPool(4);
 let app: TestApp;
 beforeAll(async () => {
   app = await installApp();
 }, 60_000);
-afterEach(() => setDbClockOffset(pool, 0));
+afterEach(async () => {
+  await setDbClockOffset(pool, 0);
+  await emu('faults', undefined, 'DELETE');
+});
 afterAll(() => pool.end());
 
 const typingOn = async (messageId: string) =>
@@ -17,7 +24,92 @@ const typingOn = async (messageId: string) =>
     await emu<{ items: { reaction_type: { emoji_type: string } }[] }>(`messages/${messageId}/reactions`)
   ).items.filter((r) => r.reaction_type.emoji_type === 'Typing').length;
 
+/** Bounded poll for the webhook's waitUntil Add (it runs after the answer). */
+async function untilBadges(ids: string[], want: number) {
+  for (let i = 0; i < 100 && (await Promise.all(ids.map(typingOn))).some((n) => n !== want); i++)
+    await new Promise((r) => setTimeout(r, 50));
+}
+
+/** Runs the host until the turn-settled effect has withdrawn the badges (bounded). */
+async function untilWithdrawn(chat: Chat, ids: string[]) {
+  for (let i = 0; i < 5 && (await Promise.all(ids.map(typingOn))).some((n) => n > 0); i++) {
+    await runDurableObjectAlarm(host(chat));
+    await pump(chat);
+  }
+}
+
+const ledgerRow = async (messageId: string) =>
+  (
+    await pool.query<{
+      workspace_id: string;
+      taskless: boolean;
+      settled_at: Date | null;
+      cleaned_at: Date | null;
+      retention_outcome: string | null;
+    }>(
+      `select workspace_id, taskless, settled_at, cleaned_at, retention_outcome
+         from channel_typing_reaction where source_message_id = $1`,
+      [messageId],
+    )
+  ).rows[0]!;
+
 describe('engine and typing ledger together', { timeout: 40_000 }, () => {
+  it('the inputs of a running turn keep their badge past the two-minute taskless expiry until the turn settles', async () => {
+    const chat = newChat(app);
+    const id = await say(chat, 'a long-running question');
+    await pump(chat);
+    await untilBadges([id], 1);
+    expect(await typingOn(id)).toBe(1);
+    expect((await ledgerRow(id)).taskless).toBe(true);
+    // The flush alone: the turn starts (its fenced commit) but its reply has not run.
+    await advanceDbClock(pool, PAST_DEBOUNCE_MS);
+    await drainInstance(pool, effectRegistry, chat.sessionId, effectConfig());
+    expect((await ledgerRow(id)).taskless).toBe(false);
+
+    // The agent is still working three minutes later: the expiration pass must leave it.
+    await advanceDbClock(pool, 3 * 60_000);
+    const { workspace_id } = await ledgerRow(id);
+    const report = await runExpiration(pool, { scope: { workspaceIds: [workspace_id] } });
+    expect(report.tasklessExpired).toBe(0);
+    const during = await ledgerRow(id);
+    expect(during.settled_at).toBeNull();
+    expect(during.retention_outcome).toBeNull();
+    expect(await typingOn(id)).toBe(1);
+
+    // Terminal settlement of the turn withdraws it.
+    expect((await untilSettled(pool, chat, 1)).outcome).toBe('delivered');
+    await untilWithdrawn(chat, [id]);
+    expect(await typingOn(id)).toBe(0);
+    expect((await ledgerRow(id)).cleaned_at).not.toBeNull();
+  });
+
+  it('an input whose turn is already terminal when the Add returns loses its badge at once', async () => {
+    const chat = newChat(app);
+    // The Add is slow: the engine's record of the turn ends while it is in flight.
+    await emu('faults', { route: 'reactions.create', kind: 'latency', latencyMs: 1200 });
+    const id = await say(chat, 'ended before the Add returned');
+    const { rows } = await pool.query<{ position: string; context_revision: string }>(
+      'select position, context_revision from lark_inbound_messages where message_id = $1',
+      [id],
+    );
+    // Only the engine knows: its turn covering this input is terminal, while the ledger row
+    // itself is not settled (so the ledger's own check alone would keep the badge).
+    await pool.query(
+      `insert into channel_turns (session_id, turn_no, context_revision, first_position, cutoff_position,
+         input_count, anchor_message_id, delivery_key, effect_id, outcome, settled_at)
+       values ($1, 1, $2, $3, $3, 1, $4, 'test', gen_random_uuid(), 'failed', app_now())`,
+      [chat.sessionId, rows[0]!.context_revision, rows[0]!.position, id],
+    );
+    for (let i = 0; i < 100 && !(await ledgerRow(id)).cleaned_at; i++)
+      await new Promise((r) => setTimeout(r, 50));
+    const row = await ledgerRow(id);
+    expect(row.settled_at).toBeNull();
+    expect(row.cleaned_at).not.toBeNull();
+    expect(await typingOn(id)).toBe(0);
+    const { calls } = await emu<{ calls: { route: string; status: number }[] }>('calls');
+    expect(calls.some((c) => c.route === 'reactions.delete' && c.status === 200)).toBe(true);
+  });
+
   it('every coalesced input of a delivered turn is settled in the terminal transaction and loses its badge', async () => {
     const chat = newChat(app);
     const ids = [await say(chat, 'a'), await say(chat, 'b'), await say(chat, 'c')];

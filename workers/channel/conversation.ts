@@ -9,7 +9,12 @@ import type {
   ReplyResult,
   RunningTurn,
 } from './types';
-import { settleTurnInputs, type TurnOutcome, type TurnSettlement } from './typing-hooks';
+import {
+  markTurnInputsTasked,
+  settleTurnInputs,
+  type TurnOutcome,
+  type TurnSettlement,
+} from './typing-hooks';
 
 export type * from './types';
 
@@ -76,8 +81,8 @@ function startTurn(s: ConversationState, ctx: Ctx, settings: ConversationSetting
   const current = emitReply(ctx, s, base, 0);
   const turn: RunningTurn = { ...base, deliveryKey: current.effectId, current };
   const sessionId = ctx.instanceId;
-  ctx.inCommit((tx) =>
-    insertTurn(tx, {
+  ctx.inCommit(async (tx) => {
+    await insertTurn(tx, {
       sessionId,
       turnNo: turn.turnNo,
       contextRevision: turn.contextRevision,
@@ -87,8 +92,15 @@ function startTurn(s: ConversationState, ctx: Ctx, settings: ConversationSetting
       anchorMessageId: turn.anchorMessageId,
       deliveryKey: turn.deliveryKey,
       effectId: current.effectId,
-    }),
-  );
+    });
+    // Same fenced commit: the turn's inputs now have a task, so the ledger's two-minute
+    // taskless expiry leaves their badges alone until this turn's terminal settlement.
+    await markTurnInputsTasked(tx, {
+      sessionId,
+      contextRevision: turn.contextRevision,
+      cutoffPosition: turn.cutoffPosition,
+    });
+  });
   const next: ConversationState = {
     ...s,
     turnNo: turn.turnNo,

@@ -4,6 +4,7 @@ import { withDb } from '../db/pool';
 import type { Config, Env } from '../env';
 import { type Installation, loadInstallation } from '../installations/store';
 import * as ledger from '../typing-ledger';
+import { isConversationInputLive } from './liveness';
 
 /**
  * The four points where the conversation engine hands the typing-badge ledger
@@ -119,13 +120,32 @@ export async function afterInputAnswered(_env: Env, config: Config, answered: An
   const { input, registration } = answered;
   if (!registration.sendAdd || !registration.ledgerId) return;
   await withDb(config, (pool) =>
-    ledger.addTypingBadge(pool, {
-      kind: 'registered',
-      id: registration.ledgerId!,
-      messageId: input.messageId,
-      installation: input.installation,
-    }),
+    ledger.addTypingBadge(
+      pool,
+      {
+        kind: 'registered',
+        id: registration.ledgerId!,
+        messageId: input.messageId,
+        installation: input.installation,
+      },
+      // Revalidate the exact input against the engine too (turn not terminal, conversation
+      // still in its revision, installation active): an ended input loses the badge at once.
+      { isInputLive: isConversationInputLive },
+    ),
   ).catch(() => undefined);
+}
+
+/**
+ * (2b) Inside the fenced commit that starts a turn (the flush), next to the `channel_turns`
+ * row: every input of `contextRevision` up to `cutoffPosition` now has a task, so the
+ * maintenance pass's two-minute taskless expiry must not withdraw their badges while the
+ * agent runs. Write only through `tx`; a throw rolls the flush back.
+ */
+export async function markTurnInputsTasked(
+  tx: PoolClient,
+  turn: { sessionId: string; contextRevision: number; cutoffPosition: number },
+): Promise<void> {
+  await ledger.markInputsTasked(tx, turn);
 }
 
 /**
