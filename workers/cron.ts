@@ -1,5 +1,6 @@
 import { effectsEveryMinute } from './effects/cron';
 import type { Env } from './env';
+import { housekeepingEveryMinute } from './housekeeping/cron';
 import { log } from './log';
 
 type CronHandler = (env: Env, ctx: ExecutionContext, scheduledTime: number) => Promise<unknown>;
@@ -13,7 +14,12 @@ async function everyMinute(env: Env): Promise<unknown> {
     log.error('effect_recovery_pass_failed', { error: err });
     return null;
   });
-  return { typingMaintenance, effects };
+  // Retention for tables without another owner (docs/retention-rules.md); same isolation.
+  const housekeeping = await housekeepingEveryMinute(env).catch((err) => {
+    log.error('housekeeping_failed', { error: err });
+    return null;
+  });
+  return { typingMaintenance, effects, housekeeping };
 }
 
 /** Asks the retention owner for its hourly run; it decides whether it is enabled. */

@@ -17,6 +17,7 @@ export interface Env {
   DB_STATEMENT_TIMEOUT_MS?: string;
   EFFECT_STALE_AFTER_MS?: string;
   EFFECT_CLAIM_SCAN_LIMIT?: string;
+  EFFECT_MAILBOX_MAX_ATTEMPTS?: string;
   ACTOR_JWT_SECRET?: string;
   ACTOR_JWKS_URL?: string;
   ACTOR_JWT_ISSUER?: string;
@@ -36,6 +37,11 @@ export interface Env {
   RETENTION_BATCH_TIMEOUT_MS?: string;
   RETENTION_DAILY_DB_BATCHES?: string;
   RETENTION_DAILY_WORKER_OPS?: string;
+  HOUSEKEEPING_TICKET_GRACE_DAYS?: string;
+  HOUSEKEEPING_CHANNEL_HISTORY_DAYS?: string;
+  HOUSEKEEPING_CONVERSATION_IDLE_DAYS?: string;
+  HOUSEKEEPING_BATCH_ROWS?: string;
+  HOUSEKEEPING_STEP_BUDGET_MS?: string;
   TYPING_MAINTENANCE: DurableObjectNamespace<TypingMaintenance>;
   RETENTION_CLEANUP: DurableObjectNamespace<RetentionCleanup>;
   WORKSPACE_QUOTA: DurableObjectNamespace<WorkspaceQuota>;
@@ -67,6 +73,8 @@ export const ConfigSchema = z.object({
   // Effect runtime (docs/effects.md): liveness floor and candidates per recovery pass.
   EFFECT_STALE_AFTER_MS: intFromString(1000, 3_600_000).default(30_000),
   EFFECT_CLAIM_SCAN_LIMIT: intFromString(1, 10_000).default(100),
+  // Failed deliveries before a mailbox message is dead (docs/effects.md, poison messages).
+  EFFECT_MAILBOX_MAX_ATTEMPTS: intFromString(1, 100).default(5),
   // Mobile reaction API (workers/reaction-tickets, workers/auth). Actor JWTs: HS256 secret or JWKS.
   ACTOR_JWT_SECRET: z.string().min(32, 'at least 32 characters').optional(),
   ACTOR_JWKS_URL: z.string().url().optional(),
@@ -89,6 +97,13 @@ export const ConfigSchema = z.object({
   RETENTION_BATCH_TIMEOUT_MS: intFromString(100, 30_000).default(5000),
   RETENTION_DAILY_DB_BATCHES: intFromString(0, 100_000).default(264),
   RETENTION_DAILY_WORKER_OPS: intFromString(0, 10_000).default(48),
+  // Minute housekeeping (docs/retention-rules.md): tickets past expiry + grace, terminal channel
+  // history, idle conversations; rows and budget per step.
+  HOUSEKEEPING_TICKET_GRACE_DAYS: intFromString(1, 3650).default(30),
+  HOUSEKEEPING_CHANNEL_HISTORY_DAYS: intFromString(1, 3650).default(7),
+  HOUSEKEEPING_CONVERSATION_IDLE_DAYS: intFromString(8, 3650).default(30),
+  HOUSEKEEPING_BATCH_ROWS: intFromString(1, 5000).default(1000),
+  HOUSEKEEPING_STEP_BUDGET_MS: intFromString(100, 15_000).default(3000),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;

@@ -1,0 +1,50 @@
+import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { withTx } from '../db/tx';
+import { log } from '../log';
+import { pruneSettledInputs, pruneTerminalTurns } from './channel-history';
+import { pruneIdleConversations } from './conversations';
+import type { HousekeepingSettings } from './settings';
+import { pruneExpiredTickets } from './tickets';
+
+export type StepName = 'tickets' | 'turns' | 'inputs' | 'conversations';
+
+/** Rows deleted per step; null when the step failed (logged, the others still ran). */
+export type HousekeepingReport = Record<StepName, number | null>;
+
+type Step = (tx: PoolClient, s: HousekeepingSettings) => Promise<number>;
+
+// Turns before inputs before conversations: each later rule waits for the earlier ones, so
+// one run can carry a conversation's history all the way down when it is due.
+const STEPS: [StepName, Step][] = [
+  ['tickets', (tx, s) => pruneExpiredTickets(tx, s.ticketGraceMs, s.batchRows)],
+  ['turns', (tx, s) => pruneTerminalTurns(tx, s.channelHistoryMs, s.batchRows)],
+  ['inputs', (tx, s) => pruneSettledInputs(tx, s.channelHistoryMs, s.batchRows)],
+  ['conversations', (tx, s) => pruneIdleConversations(tx, s.conversationIdleMs, s.batchRows)],
+];
+
+/**
+ * One bounded batch per table: each step is its own transaction with its own budget
+ * (statement_timeout = lock_timeout = stepBudgetMs), no retry (the next minute is the
+ * retry), and at most `batchRows` rows. Every statement picks rows `for update skip locked`,
+ * so two overlapping runs split the work instead of waiting on each other. A failing step is
+ * logged and reported as null; it never stops the steps after it.
+ */
+export async function runHousekeeping(
+  pool: Pool,
+  settings: HousekeepingSettings,
+  only?: StepName[],
+): Promise<HousekeepingReport> {
+  const report: HousekeepingReport = { tickets: 0, turns: 0, inputs: 0, conversations: 0 };
+  for (const [name, step] of STEPS) {
+    if (only && !only.includes(name)) continue;
+    try {
+      report[name] = await withTx(pool, { budgetMs: settings.stepBudgetMs, maxAttempts: 1 }, (tx) =>
+        step(tx, settings),
+      );
+    } catch (err) {
+      report[name] = null;
+      log.error('housekeeping_step_failed', { step: name, error: err });
+    }
+  }
+  return report;
+}
