@@ -1,0 +1,31 @@
+import type { Pool } from '@neondatabase/serverless';
+import { type HousekeepingReport, runHousekeeping, type StepName } from '../../workers/housekeeping/run';
+import type { HousekeepingSettings } from '../../workers/housekeeping/settings';
+
+export const DAY_MS = 86_400_000;
+
+export const SETTINGS: HousekeepingSettings = {
+  ticketGraceMs: DAY_MS,
+  channelHistoryMs: 7 * DAY_MS,
+  conversationIdleMs: 30 * DAY_MS,
+  batchRows: 1000,
+  stepBudgetMs: 5000,
+};
+
+/** One housekeeping run of the given steps with test settings. */
+export function runSteps(
+  pool: Pool,
+  only: StepName[],
+  overrides: Partial<HousekeepingSettings> = {},
+): Promise<HousekeepingReport> {
+  return runHousekeeping(pool, { ...SETTINGS, ...overrides }, only);
+}
+
+/** Runs one step until it deletes nothing (other files' rows may be eligible too). */
+export async function drain(pool: Pool, step: StepName, overrides: Partial<HousekeepingSettings> = {}) {
+  for (let i = 0; i < 100; i++) {
+    const report = await runSteps(pool, [step], overrides);
+    if (report[step] === 0) return;
+  }
+  throw new Error(`${step} never drained`);
+}
