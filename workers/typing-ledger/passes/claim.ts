@@ -12,13 +12,16 @@ export interface ClaimedRow extends WithdrawTarget {
  * lifetime) locked with SKIP LOCKED, and the claim recorded before any remote call: attempts
  * + 1 and next_attempt_at = now + 30 s · 2^(attempts) capped at one hour. The lock ends with
  * the statement, so no lock is held across the remote calls; a concurrent worker cannot
- * claim the row again in this window because its next attempt has moved.
+ * claim the row again in this window because its next attempt has moved. app_now() is read
+ * once (see expire.ts): `Index Cond: next_attempt_at <= $1` ends the scan at the first row
+ * not yet due instead of filtering every pending row (the index also holds the null ones).
  */
 const CLAIM = `
-with due as (
-  select id as due_id from channel_typing_reaction
+with now as materialized (select app_now() as t),
+due as (
+  select id from channel_typing_reaction
   where cleaned_at is null and abandoned_at is null
-    and next_attempt_at <= app_now() and expires_at > app_now()
+    and next_attempt_at <= (select t from now) and expires_at > (select t from now)
     and ($2::text[] is null or workspace_id = any($2::text[]))
   order by next_attempt_at
   limit $1
@@ -26,10 +29,10 @@ with due as (
 )
 update channel_typing_reaction
 set attempts = attempts + 1,
-    next_attempt_at = app_now() + least($4::float8, $3::float8 * power(2, least(attempts, 30)))
-                                  * interval '1 millisecond',
-    updated_at = app_now()
-from due where id = due_id
+    next_attempt_at = (select t from now)
+                      + least($4::float8, $3::float8 * power(2, least(attempts, 30))) * interval '1 millisecond',
+    updated_at = (select t from now)
+where id = any(array(select id from due))
 returning ${TARGET_COLUMNS}, workspace_id, attempts`;
 
 export async function claimDue(
@@ -61,9 +64,10 @@ export interface RetryNote {
 export async function noteFailures(q: Q, notes: RetryNote[]): Promise<void> {
   if (notes.length === 0) return;
   await q.query(
-    `update channel_typing_reaction r
-     set last_error = x.error, updated_at = app_now(),
-         next_attempt_at = greatest(r.next_attempt_at, app_now() + x.wait * interval '1 millisecond')
+    `with now as materialized (select app_now() as t)
+     update channel_typing_reaction r
+     set last_error = x.error, updated_at = (select t from now),
+         next_attempt_at = greatest(r.next_attempt_at, (select t from now) + x.wait * interval '1 millisecond')
      from unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) as x(id, attempts, error, wait)
      where r.id = x.id and r.attempts = x.attempts and r.cleaned_at is null and r.abandoned_at is null`,
     [

@@ -11,20 +11,29 @@ import { EXPIRE_BUDGET_MS, EXPIRE_LIMIT, type PassScope, scopeParam, TASKLESS_EX
  * cleaned_at left null. next_attempt_at is cleared and the claim also filters on expires_at,
  * so no remote retry is claimed after the deadline. recordAdded never clears abandoned_at:
  * a late Add result cannot resurrect the row (it deletes its own badge instead).
+ *
+ * Plan shape (docs/typing-maintenance.md "Statement plans"), shared by every pass statement:
+ * app_now() is volatile, so compared per row it is a Filter, never an index bound, and a
+ * pass with fewer due rows than its cap walked the whole partial index (5 s at 1M rows).
+ * Read once in a materialized CTE it is an InitPlan parameter: `Index Cond: expires_at <= $1`
+ * stops at the first row not yet due, and every row of the batch gets the same timestamp.
+ * The write finds its rows by primary key (`id = any(array(...))`), never a hash join over a
+ * sequential scan of the ledger.
  */
 const EXPIRE_LIFETIME = `
-with due as (
-  select id as due_id from channel_typing_reaction
-  where expires_at <= app_now() and cleaned_at is null and abandoned_at is null
+with now as materialized (select app_now() as t),
+due as (
+  select id from channel_typing_reaction
+  where expires_at <= (select t from now) and cleaned_at is null and abandoned_at is null
     and ($2::text[] is null or workspace_id = any($2::text[]))
   order by expires_at
   limit $1
   for update skip locked
 )
 update channel_typing_reaction
-set abandoned_at = app_now(), credential_snapshot = null, quota_slot = null,
-    next_attempt_at = null, retention_outcome = 'expired', updated_at = app_now()
-from due where id = due_id
+set abandoned_at = (select t from now), credential_snapshot = null, quota_slot = null,
+    next_attempt_at = null, retention_outcome = 'expired', updated_at = (select t from now)
+where id = any(array(select id from due))
 returning workspace_id`;
 
 /**
@@ -34,20 +43,21 @@ returning workspace_id`;
  * no task is cancelled, no run restarted): the engine can still process it on later traffic.
  */
 const EXPIRE_TASKLESS = `
-with due as (
-  select id as due_id from channel_typing_reaction
+with now as materialized (select app_now() as t),
+due as (
+  select id from channel_typing_reaction
   where taskless and settled_at is null and cleaned_at is null and abandoned_at is null
-    and created_at <= app_now() - $3 * interval '1 millisecond'
+    and created_at <= (select t from now) - $3 * interval '1 millisecond'
     and ($2::text[] is null or workspace_id = any($2::text[]))
   order by created_at
   limit $1
   for update skip locked
 )
 update channel_typing_reaction
-set settled_at = app_now(), settled_by = 'maintenance:taskless_expiry',
+set settled_at = (select t from now), settled_by = 'maintenance:taskless_expiry',
     settle_outcome = 'taskless_expired', retention_outcome = 'taskless_expired',
-    next_attempt_at = app_now(), updated_at = app_now()
-from due where id = due_id
+    next_attempt_at = (select t from now), updated_at = (select t from now)
+where id = any(array(select id from due))
 returning workspace_id`;
 
 export interface ExpireReport {

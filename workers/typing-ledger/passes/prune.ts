@@ -6,33 +6,37 @@ import { type PassScope, PRUNE_BUDGET_MS, PRUNE_LIMIT, scopeParam, TOMBSTONE_RET
 /**
  * Success (cleaned) and failure (abandoned) tombstones, seven days after their terminal
  * timestamp. A terminal row holds no secret (the 0040 check constraint forbids a snapshot
- * on it), so this is the record's end, not a redaction.
+ * on it), so this is the record's end, not a redaction. The cutoff is read once (see
+ * expire.ts): `Index Cond` on the terminal index, so an empty pass costs a few pages, not a
+ * walk of every tombstone.
  */
 const PRUNE_TOMBSTONES = `
-with old as (
-  select id as old_id from channel_typing_reaction
+with now as materialized (select app_now() as t),
+old as (
+  select id from channel_typing_reaction
   where (cleaned_at is not null or abandoned_at is not null)
-    and coalesce(cleaned_at, abandoned_at) <= app_now() - $2 * interval '1 millisecond'
+    and coalesce(cleaned_at, abandoned_at) <= (select t from now) - $2 * interval '1 millisecond'
     and ($3::text[] is null or workspace_id = any($3::text[]))
   order by coalesce(cleaned_at, abandoned_at)
   limit $1
   for update skip locked
 )
-delete from channel_typing_reaction using old where id = old_id`;
+delete from channel_typing_reaction where id = any(array(select id from old))`;
 
 /**
  * Settlement cutoffs only matter while a registration for their inputs can still arrive
  * (seconds; a message older than two minutes is refused). Kept as long as the tombstones.
  */
 const PRUNE_CUTOFFS = `
-with old as (
-  select ctid as old_ctid from channel_typing_settlement
-  where created_at <= app_now() - $2 * interval '1 millisecond'
+with now as materialized (select app_now() as t),
+old as (
+  select ctid as c from channel_typing_settlement
+  where created_at <= (select t from now) - $2 * interval '1 millisecond'
   order by created_at
   limit $1
   for update skip locked
 )
-delete from channel_typing_settlement using old where ctid = old_ctid`;
+delete from channel_typing_settlement where ctid = any(array(select c from old))`;
 
 export interface PruneReport {
   pruned: number;
