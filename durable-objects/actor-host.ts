@@ -22,6 +22,12 @@ export interface PumpReport {
 }
 
 const EFFECT_BATCH = 20;
+/**
+ * After a failed pump (a handler threw, the database was unreachable) the host retries from
+ * its alarm, whether the pump ran from an RPC wake or from the alarm: a failing message
+ * counts one delivery attempt per retry and is dead after `mailboxMaxAttempts`.
+ */
+export const PUMP_RETRY_MS = 5000;
 
 /** Wakes the host of `instanceId` (idFromName of the instance id). */
 export function actorHostStub(env: Env, instanceId: string) {
@@ -68,6 +74,9 @@ export class ActorHost extends DurableObject<Env> {
           total.alarmAt = r.alarmAt;
         } while (this.again);
         return total;
+      } catch (err) {
+        await this.armAlarm(Date.now() + PUMP_RETRY_MS).catch(() => undefined);
+        throw err;
       } finally {
         this.pumping = null;
       }
@@ -92,7 +101,7 @@ export class ActorHost extends DurableObject<Env> {
       await this.wake(instanceId);
     } catch (err) {
       log.error('actor_host_pump_failed', { instanceId, error: err });
-      await this.ctx.storage.setAlarm(Date.now() + 5000);
+      await this.ctx.storage.setAlarm(Date.now() + PUMP_RETRY_MS);
     }
   }
 

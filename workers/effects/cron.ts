@@ -1,21 +1,112 @@
+import type { Pool } from '@neondatabase/serverless';
 import { actorHostStub } from '../../durable-objects/actor-host';
 import { withDb } from '../db/pool';
+import { withTx } from '../db/tx';
 import { type Env, loadConfig } from '../env';
 import { log } from '../log';
 import { effectConfigFrom } from './host-config';
-import { instancesWithWork, pruneMailbox } from './mailbox';
+import { instancesWithWork, pruneMailbox, unrunnableInstancesWithWork } from './mailbox';
 import { pruneProcesses } from './processes';
-import { pruneEffects, pruneRecoveryBindings, type RecoveryPassReport, runRecoveryPass } from './recovery';
+import {
+  pruneEffects,
+  pruneExpiredBindings,
+  pruneRecoveryChecks,
+  type RecoveryPassReport,
+  runRecoveryPass,
+  type WakeFn,
+} from './recovery';
+import { type EffectRegistry, effectRegistry } from './registry';
+import type { EffectRuntimeConfig } from './types';
 
 /** The minute cron's recovery pass must finish well inside the minute. */
 export const RECOVERY_PASS_BUDGET_MS = 20_000;
 const POLL_WAKE_LIMIT = 50;
-const PRUNE_BATCH = 1000;
+/** Rows per table per minute; a backlog drains over several minutes, never in one long delete. */
+export const PRUNE_BATCH = 1000;
+/** Each table's batch runs in its own transaction with this budget (statement_timeout). */
+export const PRUNE_BUDGET_MS = 5_000;
+
+export interface RetentionReport {
+  mailbox: number;
+  effects: number;
+  checks: number;
+  bindings: number;
+  processes: number;
+  /** Tables whose batch failed this pass (each logged); the others still ran. */
+  failed: string[];
+}
 
 /**
- * Recovery pass, mailbox polling (wakes hosts whose mailbox or timer has work, so a lost
- * wake-up is delivered within a minute), then one bounded retention batch per table.
+ * One bounded retention batch per runtime table, each in its own transaction and budget,
+ * so a slow or failing table never stops the others:
+ * - actor_mailbox: delivered and dead messages past `mailboxRetentionMs`;
+ * - effects: completed/dead effects past `effectRetentionMs` (bindings stay);
+ * - effect_recovery_checks: resolved checks past `checkRetentionMs`;
+ * - effect_recoveries: bindings past their `expires_at_ms`;
+ * - effect_processes: silent or stopped past `processPruneAfterMs`, never an owner.
+ * actor_instances belong to the application (deleting one cascades its rows).
  */
+export async function runRetention(
+  pool: Pool,
+  runtime: EffectRuntimeConfig,
+  opts: { batch?: number; budgetMs?: number } = {},
+): Promise<RetentionReport> {
+  const batch = opts.batch ?? PRUNE_BATCH;
+  const budgetMs = opts.budgetMs ?? PRUNE_BUDGET_MS;
+  const report: RetentionReport = {
+    mailbox: 0,
+    effects: 0,
+    checks: 0,
+    bindings: 0,
+    processes: 0,
+    failed: [],
+  };
+  const steps: [
+    keyof Omit<RetentionReport, 'failed'>,
+    (tx: Parameters<typeof pruneMailbox>[0]) => Promise<number>,
+  ][] = [
+    ['mailbox', (tx) => pruneMailbox(tx, runtime.mailboxRetentionMs, batch)],
+    ['effects', (tx) => pruneEffects(tx, runtime.effectRetentionMs, batch)],
+    ['checks', (tx) => pruneRecoveryChecks(tx, batch, runtime.checkRetentionMs)],
+    ['bindings', (tx) => pruneExpiredBindings(tx, batch)],
+    ['processes', (tx) => pruneProcesses(tx, runtime.processPruneAfterMs, batch)],
+  ];
+  for (const [table, prune] of steps) {
+    try {
+      report[table] = await withTx(pool, { budgetMs }, prune);
+    } catch (err) {
+      report.failed.push(table);
+      log.error('effect_retention_failed', { table, error: err });
+    }
+  }
+  return report;
+}
+
+/**
+ * Mailbox polling: wakes hosts whose mailbox, timer or pending effects (delayed, or a retry
+ * past its backoff) are due, so a lost wake-up or a lost alarm costs at most a minute. Only
+ * instances of registered actor types are woken; the rest are counted and logged once.
+ */
+export async function pollInstancesWithWork(
+  pool: Pool,
+  wake: WakeFn,
+  registry: EffectRegistry = effectRegistry,
+  limit = POLL_WAKE_LIMIT,
+): Promise<{ polled: number; unregistered: number }> {
+  const actorTypes = registry.actorTypes();
+  const ids = await instancesWithWork(pool, limit, { actorTypes });
+  const skipped = await unrunnableInstancesWithWork(pool, actorTypes);
+  const unregistered = skipped.reduce((n, s) => n + s.instances, 0);
+  if (unregistered > 0)
+    log.error('effect_poll_unregistered_actor_types', {
+      instances: unregistered,
+      actorTypes: skipped.slice(0, 20).map((s) => `${s.actorType} (${s.instances})`),
+    });
+  await Promise.allSettled(ids.map((id) => wake(id)));
+  return { polled: ids.length, unregistered };
+}
+
+/** Recovery pass, mailbox polling, then one bounded retention batch per table. */
 export async function effectsEveryMinute(env: Env) {
   const config = loadConfig(env);
   const runtime = effectConfigFrom(config);
@@ -25,17 +116,11 @@ export async function effectsEveryMinute(env: Env) {
       budgetMs: RECOVERY_PASS_BUDGET_MS,
       wake,
     });
-    const ids = await instancesWithWork(pool, POLL_WAKE_LIMIT);
-    await Promise.allSettled(ids.map((id) => wake(id)));
-    const pruned = { mailbox: 0, effects: 0, bindings: 0, processes: 0 };
-    try {
-      pruned.mailbox = await pruneMailbox(pool, runtime.mailboxRetentionMs, PRUNE_BATCH);
-      pruned.effects = await pruneEffects(pool, runtime.effectRetentionMs, PRUNE_BATCH);
-      pruned.bindings = await pruneRecoveryBindings(pool, PRUNE_BATCH);
-      pruned.processes = await pruneProcesses(pool, runtime.processPruneAfterMs, PRUNE_BATCH);
-    } catch (err) {
-      log.error('effect_retention_failed', { error: err });
-    }
-    return { ...report, polled: ids.length, pruned };
+    const poll = await pollInstancesWithWork(pool, wake).catch((err) => {
+      log.error('effect_poll_failed', { error: err });
+      return { polled: 0, unregistered: 0 };
+    });
+    const pruned = await runRetention(pool, runtime);
+    return { ...report, ...poll, pruned };
   });
 }

@@ -6,6 +6,7 @@ export function effectConfigFrom(config: Config): EffectRuntimeConfig {
   return effectConfig({
     staleAfterMs: config.EFFECT_STALE_AFTER_MS,
     claimScanLimit: config.EFFECT_CLAIM_SCAN_LIMIT,
+    mailboxMaxAttempts: config.EFFECT_MAILBOX_MAX_ATTEMPTS,
   });
 }
 

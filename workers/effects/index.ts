@@ -9,12 +9,16 @@ export {
   loadInstance,
   pendingMessages,
   pruneMailbox,
+  recordFailedDelivery,
+  unrunnableInstancesWithWork,
 } from './mailbox';
 export { heartbeat, pruneProcesses, registerProcess, stopProcess } from './processes';
 export {
   processRecoveryChecks,
   pruneEffects,
+  pruneExpiredBindings,
   pruneRecoveryBindings,
+  pruneRecoveryChecks,
   requestEffectRecovery,
   runRecoveryPass,
   staleCandidates,

@@ -80,7 +80,7 @@ export async function pendingMessages(
   limit: number,
 ): Promise<MailboxRow[]> {
   const { rows } = await q.query<MailboxRow>(
-    `select id, instance_id, message_key, payload from actor_mailbox
+    `select id, instance_id, message_key, payload, attempts from actor_mailbox
       where instance_id = $1 and state = 'pending' and available_at_ms <= (select app_now_ms())
       order by id limit $2`,
     [instanceId, limit],
@@ -88,25 +88,111 @@ export async function pendingMessages(
   return rows;
 }
 
-/** Instances with available pending messages or a due timer (for polling delivery). */
-export async function instancesWithWork(q: Queryable, limit: number): Promise<string[]> {
-  const { rows } = await q.query<{ id: string }>(
-    `(select distinct instance_id as id from actor_mailbox
-       where state = 'pending' and available_at_ms <= (select app_now_ms()) limit $1)
-     union
-     (select id from actor_instances where wake_at_ms <= (select app_now_ms()) limit $1)`,
-    [limit],
+/**
+ * Counts one failed delivery of a pending message (its handler threw, or its commit failed).
+ * At `maxAttempts` the message becomes `dead`: terminal, never redelivered, pruned like a
+ * delivered one. Only the error text is kept, truncated: never the payload. One statement on
+ * one mailbox row, outside any transaction: it takes no other lock. A message another commit
+ * already settled is left alone (returns null).
+ */
+export async function recordFailedDelivery(
+  q: Queryable,
+  instanceId: string,
+  messageId: string,
+  error: string,
+  maxAttempts: number,
+): Promise<{ attempts: number; dead: boolean } | null> {
+  const { rows } = await q.query<{ attempts: number; state: string }>(
+    `update actor_mailbox
+        set attempts = attempts + 1, last_error = $3,
+            state = case when attempts + 1 >= $4 then 'dead' else state end,
+            dead_at_ms = case when attempts + 1 >= $4 then app_now_ms() end
+      where id = $1 and instance_id = $2 and state = 'pending'
+     returning attempts, state`,
+    [messageId, instanceId, error.slice(0, 2000), Math.max(1, maxAttempts)],
   );
+  const row = rows[0];
+  return row ? { attempts: row.attempts, dead: row.state === 'dead' } : null;
+}
+
+// Each branch reads a bounded slice of its partial index (pending messages, due timers, due
+// pending effects), filtered to actor types some code here can run; `distinct` then works
+// on at most SCAN rows per branch, never on the whole backlog.
+const WORK_SCAN = 1000;
+const INSTANCES_WITH_WORK = `
+with due as (select app_now_ms() as now)
+select id from (
+  (select m.instance_id as id from actor_mailbox m join actor_instances i on i.id = m.instance_id
+    where m.state = 'pending' and m.available_at_ms <= (select now from due)
+      and ($2::text[] is null or i.actor_type = any($2::text[]))
+    limit $3)
+  union all
+  (select i.id from actor_instances i
+    where i.wake_at_ms <= (select now from due)
+      and ($2::text[] is null or i.actor_type = any($2::text[]))
+    limit $3)
+  union all
+  (select e.origin_instance_id as id from effects e join actor_instances i on i.id = e.origin_instance_id
+    where e.status = 'pending' and e.run_at_ms <= (select now from due)
+      and ($2::text[] is null or i.actor_type = any($2::text[]))
+    limit $3)
+) work group by id limit $1`;
+
+/**
+ * Instances with due work (an available pending message, a due timer, or a due pending
+ * effect: a delayed one or a retry after its backoff), for polling delivery. With
+ * `actorTypes`, only instances of those types: an instance no code can run is skipped (see
+ * `unrunnableInstancesWithWork`), so it neither crowds out the others nor fails every pass.
+ */
+export async function instancesWithWork(
+  q: Queryable,
+  limit: number,
+  opts: { actorTypes?: string[] } = {},
+): Promise<string[]> {
+  const { rows } = await q.query<{ id: string }>(INSTANCES_WITH_WORK, [
+    limit,
+    opts.actorTypes ?? null,
+    WORK_SCAN,
+  ]);
   return rows.map((r) => r.id);
 }
 
-/** Deletes delivered messages past retention, one bounded batch. */
+/**
+ * Instances with due work whose actor type is not in `actorTypes` (bounded scan), grouped by
+ * type: the poll skips them and logs this once per pass instead of failing on each one.
+ */
+export async function unrunnableInstancesWithWork(
+  q: Queryable,
+  actorTypes: string[],
+): Promise<{ actorType: string; instances: number }[]> {
+  const { rows } = await q.query<{ actor_type: string; instances: number }>(
+    `with due as (select app_now_ms() as now),
+     work as (
+       (select m.instance_id as id from actor_mailbox m
+         where m.state = 'pending' and m.available_at_ms <= (select now from due) limit $2)
+       union
+       (select id from actor_instances where wake_at_ms <= (select now from due) limit $2)
+       union
+       (select origin_instance_id from effects
+         where status = 'pending' and run_at_ms <= (select now from due) limit $2))
+     select i.actor_type, count(*)::int as instances from work w join actor_instances i on i.id = w.id
+      where not (i.actor_type = any($1::text[]))
+      group by i.actor_type order by i.actor_type`,
+    [actorTypes, WORK_SCAN],
+  );
+  return rows.map((r) => ({ actorType: r.actor_type, instances: r.instances }));
+}
+
+/** Deletes delivered and dead messages past retention, one bounded batch of each. */
 export async function pruneMailbox(q: Queryable, retentionMs: number, batch = 1000): Promise<number> {
   const res = await q.query(
-    `delete from actor_mailbox where id in (
-       select id from actor_mailbox
-        where state = 'delivered' and delivered_at_ms < (select app_now_ms()) - $1::bigint
-        limit $2)`,
+    `with cutoff as (select app_now_ms() - $1::bigint as at)
+     delete from actor_mailbox where id in (
+       (select id from actor_mailbox
+         where state = 'delivered' and delivered_at_ms < (select at from cutoff) limit $2)
+       union all
+       (select id from actor_mailbox
+         where state = 'dead' and dead_at_ms < (select at from cutoff) limit $2))`,
     [retentionMs, batch],
   );
   return res.rowCount ?? 0;

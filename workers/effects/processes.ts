@@ -59,11 +59,15 @@ export async function stopProcess(q: Queryable, processId: string): Promise<{ re
  */
 export async function pruneProcesses(q: Queryable, pruneAfterMs: number, batch = 500): Promise<number> {
   const res = await q.query(
-    `delete from effect_processes p
-      where p.id in (select id from effect_processes
-                      where heartbeat_at_ms < (select app_now_ms()) - $1::bigint
-                      order by id limit $2)
-        and not exists (select 1 from effects e where e.locked_by = p.id and e.status = 'processing')`,
+    // The owner filter sits inside the bounded pick: owners never fill the batch and
+    // starve the prunable rows behind them.
+    `delete from effect_processes where id in (
+       select p.id from effect_processes p
+        where p.heartbeat_at_ms < (select app_now_ms()) - $1::bigint
+          and not exists (select 1 from effects e where e.locked_by = p.id and e.status = 'processing')
+        order by p.id limit $2)
+       and not exists (select 1 from effects e
+                        where e.locked_by = effect_processes.id and e.status = 'processing')`,
     [pruneAfterMs, batch],
   );
   return res.rowCount ?? 0;

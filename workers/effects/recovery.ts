@@ -196,20 +196,39 @@ export async function processRecoveryChecks(
   return outcomes;
 }
 
-/** Bounded retention for bindings and resolved checks: only past their lifetime. */
-export async function pruneRecoveryBindings(q: Queryable, batch = 1000): Promise<number> {
-  await q.query(
+/** Resolved explicit checks past `retentionMs` (default 1 day), one bounded batch. */
+export async function pruneRecoveryChecks(
+  q: Queryable,
+  batch = 1000,
+  retentionMs = 86_400_000,
+): Promise<number> {
+  const res = await q.query(
     `delete from effect_recovery_checks where id in (
        select id from effect_recovery_checks where outcome is not null
-          and resolved_at_ms < (select app_now_ms()) - 86400000 limit $1)`,
-    [batch],
+          and resolved_at_ms < (select app_now_ms()) - $2::bigint limit $1)`,
+    [batch, retentionMs],
   );
+  return res.rowCount ?? 0;
+}
+
+/** Bindings past their lifetime (`expires_at_ms`), one bounded batch; returns how many. */
+export async function pruneExpiredBindings(q: Queryable, batch = 1000): Promise<number> {
   const res = await q.query(
     `delete from effect_recoveries where effect_id in (
        select effect_id from effect_recoveries where expires_at_ms < (select app_now_ms()) limit $1)`,
     [batch],
   );
   return res.rowCount ?? 0;
+}
+
+/**
+ * Bounded retention for resolved checks and expired bindings (kept for callers of the
+ * original API; the minute cron runs the two separately, each with its own budget).
+ * Returns the number of bindings deleted.
+ */
+export async function pruneRecoveryBindings(q: Queryable, batch = 1000): Promise<number> {
+  await pruneRecoveryChecks(q, batch);
+  return pruneExpiredBindings(q, batch);
 }
 
 /** Deletes terminal effects past retention (bindings stay), one bounded batch. */

@@ -32,7 +32,10 @@ export interface ActorContext {
 export interface ActorType<S = unknown> {
   type: string;
   initialState(): S;
-  /** Returns the new state. Throwing leaves the message pending and writes nothing. */
+  /**
+   * Returns the new state. Throwing writes nothing and counts a failed delivery: the message
+   * stays pending (retried later) until `mailboxMaxAttempts`, then it is dead and skipped.
+   */
   handle(event: ActorEvent, state: S, ctx: ActorContext): S | Promise<S>;
 }
 
@@ -71,6 +74,11 @@ export class EffectRegistry {
 
   actor(type: string): ActorType<unknown> | undefined {
     return this.actors.get(type) as ActorType<unknown> | undefined;
+  }
+
+  /** Registered actor types (the minute poll wakes only instances of these). */
+  actorTypes(): string[] {
+    return [...this.actors.keys()];
   }
 
   executor(kind: string): EffectExecutor | undefined {

@@ -4,17 +4,19 @@ import { AppError } from '../errors';
 import { log } from '../log';
 import { commitActor } from './commit';
 import { EffectStage } from './emit';
-import { loadInstance, pendingMessages } from './mailbox';
+import { loadInstance, pendingMessages, recordFailedDelivery } from './mailbox';
 import { requestEffectRecovery } from './recovery';
 import type { ActorEvent, EffectRegistry } from './registry';
 import { claimEffects, completeEffects, failEffects } from './scheduler';
-import type { EffectHandle, EffectRuntimeConfig } from './types';
+import { DEFAULT_MAILBOX_MAX_ATTEMPTS, type EffectHandle, type EffectRuntimeConfig } from './types';
 
 export interface DrainStepResult {
   handled: boolean;
   event?: ActorEvent;
   effects: EffectHandle[];
   checkRequestIds: string[];
+  /** The message's handler (or commit) failed for the last allowed time: it is now dead. */
+  deadLettered?: boolean;
 }
 
 const MAX_FENCE_RETRIES = 3;
@@ -23,6 +25,10 @@ const MAX_FENCE_RETRIES = 3;
  * Delivers one event (the oldest available message, else a due timer) to the instance's
  * handler and persists the outcome with one fenced commit. A concurrent commit moves the
  * revision: the step re-reads and runs the handler again, writing nothing for the loser.
+ * A message whose handler throws (or whose commit fails) counts a failed delivery and the
+ * error is rethrown: the message stays first in line and the host retries it later. After
+ * `mailboxMaxAttempts` failures it is dead instead: logged, never redelivered, and the step
+ * reports it handled so the drain moves on to the next message.
  */
 export async function drainStep(
   pool: Pool,
@@ -49,24 +55,24 @@ export async function drainStep(
     const writes: ((tx: PoolClient) => Promise<void>)[] = [];
     // A timer event consumes the timer unless the handler sets a new one.
     let wakeAtMs: number | null | undefined = event.type === 'timer' ? null : undefined;
-    const state = await actor.handle(event, inst.state ?? actor.initialState(), {
-      instanceId,
-      actorType: inst.actor_type,
-      actorKey: inst.actor_key,
-      revision: inst.revision,
-      nowMs,
-      emit: (kind, args, opts) => stage.emit(kind, args, opts),
-      setTimer: (at) => {
-        wakeAtMs = at;
-      },
-      requestRecovery: (h) => {
-        checks.push(h);
-      },
-      inCommit: (w) => {
-        writes.push(w);
-      },
-    });
     try {
+      const state = await actor.handle(event, inst.state ?? actor.initialState(), {
+        instanceId,
+        actorType: inst.actor_type,
+        actorKey: inst.actor_key,
+        revision: inst.revision,
+        nowMs,
+        emit: (kind, args, opts) => stage.emit(kind, args, opts),
+        setTimer: (at) => {
+          wakeAtMs = at;
+        },
+        requestRecovery: (h) => {
+          checks.push(h);
+        },
+        inCommit: (w) => {
+          writes.push(w);
+        },
+      });
       const checkRequestIds = await withTx(pool, { budgetMs: 5000 }, async (tx) => {
         await commitActor(
           tx,
@@ -92,11 +98,54 @@ export async function drainStep(
         checkRequestIds,
       };
     } catch (err) {
-      if (err instanceof AppError && err.code === 'revision_conflict' && attempt < MAX_FENCE_RETRIES)
-        continue;
-      throw err;
+      if (err instanceof AppError && err.code === 'revision_conflict') {
+        // Contention, not the message's fault: never counted as a failed delivery.
+        if (attempt < MAX_FENCE_RETRIES) continue;
+        throw err;
+      }
+      // No message to blame (a timer), or refused until older processes are upgraded.
+      if (!msg || (err instanceof AppError && err.code === 'precondition_failed')) throw err;
+      const dead = await deliveryFailed(pool, instanceId, msg, err, config);
+      if (!dead) throw err;
+      return { handled: true, event, effects: [], checkRequestIds: [], deadLettered: true };
     }
   }
+}
+
+/** Counts the failed delivery; true when the message is now dead (logged as an error). */
+async function deliveryFailed(
+  pool: Pool,
+  instanceId: string,
+  msg: { id: string; message_key: string },
+  err: unknown,
+  config: EffectRuntimeConfig,
+): Promise<boolean> {
+  const error =
+    err instanceof AppError
+      ? `${err.code}: ${err.message}`
+      : err instanceof Error
+        ? err.message
+        : String(err);
+  const maxAttempts = config.mailboxMaxAttempts ?? DEFAULT_MAILBOX_MAX_ATTEMPTS;
+  let counted: Awaited<ReturnType<typeof recordFailedDelivery>>;
+  try {
+    counted = await recordFailedDelivery(pool, instanceId, msg.id, error, maxAttempts);
+  } catch (recordErr) {
+    // The database is likely unreachable: the attempt goes uncounted, the original error stands.
+    log.warn('actor_message_attempt_not_recorded', { instanceId, messageId: msg.id, error: recordErr });
+    return false;
+  }
+  if (!counted) return false;
+  const fields = {
+    instanceId,
+    messageKey: msg.message_key,
+    messageId: msg.id,
+    attempts: counted.attempts,
+    error,
+  };
+  if (counted.dead) log.error('actor_message_dead', { ...fields, maxAttempts });
+  else log.warn('actor_message_failed', { ...fields, maxAttempts });
+  return counted.dead;
 }
 
 /** Drains up to `max` events; returns how many were handled. */

@@ -57,7 +57,12 @@ export interface MailboxRow {
   instance_id: string;
   message_key: string;
   payload: unknown;
+  /** Failed deliveries so far (0 on the first delivery). */
+  attempts?: number;
 }
+
+/** Delivery state of a mailbox message: `dead` is terminal (never redelivered, pruned later). */
+export type MailboxState = 'pending' | 'delivered' | 'dead';
 
 /** Runtime settings; every field has a production default (see `effectConfig`). */
 export interface EffectRuntimeConfig {
@@ -73,6 +78,13 @@ export interface EffectRuntimeConfig {
   effectRetentionMs: number;
   /** Stopped or silent processes that own nothing are pruned after this long. */
   processPruneAfterMs: number;
+  /**
+   * Failed deliveries (the handler threw, or its commit failed) a mailbox message gets before
+   * it is marked dead and the mailbox moves on. Optional for compatibility; default 5.
+   */
+  mailboxMaxAttempts?: number;
+  /** Resolved explicit checks are kept this long. Optional for compatibility; default 1 day. */
+  checkRetentionMs?: number;
 }
 
 export const DEFAULT_EFFECT_CONFIG: EffectRuntimeConfig = {
@@ -82,7 +94,12 @@ export const DEFAULT_EFFECT_CONFIG: EffectRuntimeConfig = {
   mailboxRetentionMs: 86_400_000,
   effectRetentionMs: 86_400_000,
   processPruneAfterMs: 86_400_000,
+  mailboxMaxAttempts: 5,
+  checkRetentionMs: 86_400_000,
 };
+
+/** Default for `mailboxMaxAttempts`: a poison message is dead after this many failed deliveries. */
+export const DEFAULT_MAILBOX_MAX_ATTEMPTS = 5;
 
 export function effectConfig(overrides: Partial<EffectRuntimeConfig> = {}): EffectRuntimeConfig {
   return { ...DEFAULT_EFFECT_CONFIG, ...overrides };
