@@ -130,6 +130,14 @@ export class ActorHost extends DurableObject<Env> {
   private async pump(instanceId: string): Promise<PumpReport> {
     const config = this.config();
     return this.withPool(async (pool) => {
+      const inst = await loadInstance(pool, instanceId);
+      if (inst && !effectRegistry.actor(inst.actor_type)) {
+        // No code here can run this instance: a retry alarm would fail every few seconds
+        // forever. Log, go quiet; the minute poll skips such instances too (one log a pass).
+        log.error('actor_host_unregistered_type', { instanceId, actorType: inst.actor_type });
+        await this.ctx.storage.deleteAlarm();
+        return { handled: 0, checks: 0, claimed: 0, completed: 0, failed: 0, alarmAt: null };
+      }
       const handled = await drainInstance(pool, effectRegistry, instanceId, config);
       const checks = (await processRecoveryChecks(pool, instanceId, config)).size;
       const processId = await this.beat(pool);

@@ -144,4 +144,12 @@ describe('unregistered actor types', () => {
       expect(errors.mock.calls.some((c) => String(c[0]).includes('actor_host_pump_failed'))).toBe(false);
     }
   });
+
+  it('a host woken for an unregistered type (e.g. after a retirement) logs it and arms no retry alarm', async () => {
+    const ghost = await ensureInstance(pool, 'never-registered', uid('g'));
+    await enqueueMessage(pool, ghost, 'hello', null);
+    const host = actorHostStub(env, ghost);
+    expect(await host.wake(ghost)).toMatchObject({ handled: 0, alarmAt: null });
+    expect(await runDurableObjectAlarm(host)).toBe(false);
+  });
 });
