@@ -1,21 +1,21 @@
-import type { Pool, PoolClient } from '@neondatabase/serverless';
-import { Hono } from 'hono';
+import type { Pool } from '@neondatabase/serverless';
+import { type Context, Hono } from 'hono';
 import type { AppEnv } from '../context';
-import { withTx } from '../db/tx';
+import { openPool } from '../db/pool';
 import { AppError } from '../errors';
 import { loadInstallation } from '../installations/store';
 import { MessageReceiveEvent } from '../lark/schemas';
 import { openDelivery } from '../lark/verify';
 import { log } from '../log';
-import {
-  afterInboundAnswered,
-  type InboundMessage,
-  type RecordedInput,
-  recordInboundMessage,
-} from './inbound';
+import { acceptInboundMessage } from './accept';
+import { afterInboundAnswered, type InboundMessage, type RecordedInput } from './inbound';
 
-/** Lark allows 3 s for the answer (1 s for the URL check); the transaction gets half. */
-const WEBHOOK_TX_BUDGET_MS = 1500;
+/**
+ * Lark allows 3 s for the answer (1 s for the URL check); the database gets half. The
+ * webhook's own pool sends it as statement_timeout and lock_timeout in the startup packet,
+ * so the autocommit statements are bounded without a `begin`/`set local` round trip.
+ */
+const WEBHOOK_DB_BUDGET_MS = 1500;
 const MAX_BODY_BYTES = 256 * 1024;
 const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
 /** Lark retries for about 7.1 h; receipts are kept 24 h, well past that. */
@@ -23,8 +23,9 @@ export const RECEIPT_RETENTION_MS = 24 * 3600_000;
 
 /**
  * POST /lark/events/:installationId: Lark's event webhook. Verifies (workers/lark/verify.ts),
- * then for a user's im.message.receive_v1 inserts the event_id receipt and records the
- * input in ONE transaction, and only then answers 200. Everything else is acknowledged and
+ * then for a user's im.message.receive_v1 inserts the event_id receipt, records the input,
+ * enqueues it on its conversation and registers its typing badge in ONE autocommit
+ * statement (accept.ts), and only then answers 200. Everything else is acknowledged and
  * ignored. Rejections are 4xx lark_* codes with nothing written.
  */
 export const webhook = new Hono<AppEnv>().post('/lark/events/:installationId', async (c) => {
@@ -34,9 +35,33 @@ export const webhook = new Hono<AppEnv>().post('/lark/events/:installationId', a
   const raw = new Uint8Array(await c.req.arrayBuffer());
   if (raw.length > MAX_BODY_BYTES) throw new AppError('payload_too_large', 'Event body too large');
   const installationId = c.req.param('installationId');
-  const installation = INSTALLATION_ID.test(installationId)
-    ? await loadInstallation(c.var.db(), c.var.config.SECRET_KEYS, installationId)
-    : undefined;
+  if (!INSTALLATION_ID.test(installationId))
+    throw new AppError('lark_unknown_installation', 'No such Lark installation');
+  const pool = openPool({ ...c.var.config, DB_STATEMENT_TIMEOUT_MS: WEBHOOK_DB_BUDGET_MS });
+  try {
+    return await handle(c, pool, installationId, receivedAtMs, raw);
+  } finally {
+    const ending = pool.end();
+    try {
+      c.executionCtx.waitUntil(ending);
+    } catch {
+      await ending;
+    }
+  }
+});
+
+/**
+ * Round trips before the answer: the installation (1) and, for a user's message, the one
+ * statement that records everything (1): see accept.ts.
+ */
+async function handle(
+  c: Context<AppEnv>,
+  pool: Pool,
+  installationId: string,
+  receivedAtMs: number,
+  raw: Uint8Array,
+) {
+  const installation = await loadInstallation(pool, c.var.config.SECRET_KEYS, installationId);
   if (!installation) throw new AppError('lark_unknown_installation', 'No such Lark installation');
 
   const delivery = await openDelivery(raw, c.req.raw.headers, installation, receivedAtMs).catch((err) => {
@@ -61,28 +86,10 @@ export const webhook = new Hono<AppEnv>().post('/lark/events/:installationId', a
     event: parsed.data,
     receivedAtMs,
   };
-  const recorded = await withTx(c.var.db(), { budgetMs: WEBHOOK_TX_BUDGET_MS }, (tx) =>
-    acceptOnce(tx, inbound, c.var.config.SECRET_KEYS),
-  );
+  const recorded = await acceptInboundMessage(pool, inbound, c.var.config.SECRET_KEYS);
   if (!recorded) return c.json({ ok: true, duplicate: true });
   runAfterAnswer(c, recorded);
   return c.json({ ok: true });
-});
-
-/** The dedup receipt and the input, together: a duplicate event_id records nothing. */
-async function acceptOnce(
-  tx: PoolClient,
-  inbound: InboundMessage,
-  keys: AppEnv['Variables']['config']['SECRET_KEYS'],
-): Promise<RecordedInput | null> {
-  const { rowCount } = await tx.query(
-    `insert into lark_event_receipts (installation_id, event_id, event_type)
-     values ($1, $2, 'im.message.receive_v1')
-     on conflict do nothing`,
-    [inbound.installation.id, inbound.eventId],
-  );
-  if (!rowCount) return null;
-  return recordInboundMessage(tx, inbound, keys);
 }
 
 function runAfterAnswer(

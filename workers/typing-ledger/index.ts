@@ -1,7 +1,17 @@
 /** The typing-reaction ledger (docs/typing-ledger.md). */
 export { type AddOptions, type AddOutcome, addTypingBadge, type InputLiveCheck } from './add';
 export { sweepDeliveryAnchor } from './anchor';
-export { type RegisterInput, type Registration, registerInput } from './register';
+export {
+  prepareRegistration,
+  REGISTER_RESULT_COLUMNS,
+  type RegisterInput,
+  type RegisterResultRow,
+  type RegisterSql,
+  type Registration,
+  registerCtes,
+  registerInput,
+  registrationOutcome,
+} from './register';
 export { markInputsTasked, settleTurnInputs, type TurnCutoff } from './settle';
 export { openSnapshot, sealSnapshot } from './snapshot';
 export { recordCleaned } from './store';

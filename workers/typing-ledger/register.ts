@@ -32,37 +32,122 @@ export type Registration =
   | { kind: 'registered'; id: string; messageId: string; installation: RegisteringInstallation }
   | { kind: 'skipped'; reason: 'stale_message' | 'quota_full' | 'contended' | 'already_settled' };
 
+/** SQL expressions (parameters or columns of an earlier CTE) a registration is built from. */
+export interface RegisterSql {
+  id: string;
+  workspaceId: string;
+  installationId: string;
+  appId: string;
+  sessionId: string;
+  messageId: string;
+  position: string;
+  revision: string;
+  chatId: string;
+  createdAtMs: string;
+  sealed: string;
+  lifetimeMs: string;
+  /** Extra FROM item the expressions read (e.g. the recorded input's CTE), or null. */
+  from: string | null;
+  /** Boolean SQL: register at all (false for a stale message). */
+  gate: string;
+}
+
 /**
- * One statement: refuse when a settlement already covers this input (a taskless settlement
- * can precede the registration), pick a random free quota slot, insert with `on conflict do
- * nothing`. The unique partial index on (workspace_id, quota_slot) arbitrates concurrent
- * registrations: a loser waits for the winner's commit and then inserts nothing. The same
- * `do nothing` covers a message registered twice (unique per installation and message).
+ * The registration as CTEs (`typing_settled`, `typing_free`, `typing_ins`) so the webhook can
+ * put it in the same statement as the input it belongs to. Refuse when a settlement already
+ * covers this input (a taskless settlement can precede the registration), pick a random free
+ * quota slot, insert with `on conflict do nothing`. The unique partial index on
+ * (workspace_id, quota_slot) arbitrates concurrent registrations: a loser waits for the
+ * winner's commit and then inserts nothing. The same `do nothing` covers a message
+ * registered twice (unique per installation and message). Read the outcome with
+ * REGISTER_RESULT_COLUMNS.
  */
-const REGISTER = `
-with settled as (
-  select 1 from channel_typing_settlement
-  where session_id = $5 and context_revision = $8 and cutoff_position >= $7 limit 1
-), free as (
+export function registerCtes(x: RegisterSql): string {
+  const from = x.from ? `, ${x.from}` : '';
+  return `typing_settled as (
+  select 1 from channel_typing_settlement st${from}
+  where ${x.gate} and st.session_id = ${x.sessionId} and st.context_revision = ${x.revision}
+    and st.cutoff_position >= ${x.position} limit 1
+), typing_free as (
   select s from generate_series(1, ${QUOTA_SLOTS}) s
-  where not exists (select 1 from channel_typing_reaction r
-                    where r.workspace_id = $2 and r.quota_slot = s)
+  where ${x.gate} and not exists (select 1 from channel_typing_reaction r
+                                  where r.workspace_id = ${x.workspaceId} and r.quota_slot = s)
   order by random() limit 1
-), ins as (
+), typing_ins as (
   insert into channel_typing_reaction
     (id, workspace_id, installation_id, app_id, session_id, source_message_id, input_position,
      context_revision, chat_id, message_created_at, credential_snapshot, quota_slot, expires_at)
-  select $1, $2, $3, $4, $5, $6, $7, $8, $9,
-         case when $10::bigint is null then null else to_timestamp($10::bigint / 1000.0) end,
-         $11, free.s, app_now() + $12 * interval '1 millisecond'
-  from free
-  where not exists (select 1 from settled)
+  select ${x.id}, ${x.workspaceId}, ${x.installationId}, ${x.appId}, ${x.sessionId}, ${x.messageId},
+         ${x.position}, ${x.revision}, ${x.chatId},
+         case when ${x.createdAtMs}::bigint is null then null else to_timestamp(${x.createdAtMs}::bigint / 1000.0) end,
+         ${x.sealed}, typing_free.s, app_now() + ${x.lifetimeMs} * interval '1 millisecond'
+  from typing_free${from}
+  where not exists (select 1 from typing_settled)
   on conflict do nothing
   returning id
-)
-select exists (select 1 from ins) as inserted,
-       exists (select 1 from settled) as settled,
-       exists (select 1 from free) as has_free`;
+)`;
+}
+
+export const REGISTER_RESULT_COLUMNS = `exists (select 1 from typing_ins) as typing_inserted,
+       exists (select 1 from typing_settled) as typing_settled,
+       exists (select 1 from typing_free) as typing_has_free`;
+
+export interface RegisterResultRow {
+  typing_inserted: boolean;
+  typing_settled: boolean;
+  typing_has_free: boolean;
+}
+
+const REGISTER = `
+with ${registerCtes({
+  id: '$1',
+  workspaceId: '$2',
+  installationId: '$3',
+  appId: '$4',
+  sessionId: '$5',
+  messageId: '$6',
+  position: '$7::bigint',
+  revision: '$8::bigint',
+  chatId: '$9',
+  createdAtMs: '$10',
+  sealed: '$11',
+  lifetimeMs: '$12',
+  from: null,
+  gate: 'true',
+})}
+select ${REGISTER_RESULT_COLUMNS}`;
+
+/** Before the statement: the stale-message rule, the client-generated row id and its sealed snapshot. */
+export async function prepareRegistration(
+  keys: KeyRing,
+  input: Pick<RegisterInput, 'installation' | 'messageCreatedAtMs' | 'receivedAtMs'>,
+): Promise<{ stale: true } | { stale: false; id: string; sealed: string }> {
+  if (input.messageCreatedAtMs != null && input.receivedAtMs - input.messageCreatedAtMs > STALE_MESSAGE_MS)
+    return { stale: true };
+  const inst = input.installation;
+  const id = newRowId();
+  const sealed = await sealSnapshot(keys, id, {
+    appId: inst.appId,
+    appSecret: inst.appSecret,
+    apiBase: inst.apiBase,
+  });
+  return { stale: false, id, sealed };
+}
+
+/** After the statement: what it decided. Every skip but `already_settled` is a warning. */
+export function registrationOutcome(
+  r: RegisterResultRow,
+  id: string,
+  messageId: string,
+  inst: RegisteringInstallation,
+): Registration {
+  if (r.typing_inserted) return { kind: 'registered', id, messageId, installation: inst };
+  if (r.typing_settled) return { kind: 'skipped', reason: 'already_settled' };
+  const reason = r.typing_has_free ? 'contended' : 'quota_full';
+  // Spec: repeated quota skips are a capacity incident; never a credential in this line.
+  log.warn('typing_add_skipped', { workspaceId: inst.workspaceId, installationId: inst.id, reason });
+  return { kind: 'skipped', reason };
+}
 
 /**
  * Registers one input BEFORE any Add, inside the caller's transaction (`tx`). If this throws
@@ -71,16 +156,10 @@ select exists (select 1 from ins) as inserted,
  */
 export async function registerInput(tx: Q, keys: KeyRing, input: RegisterInput): Promise<Registration> {
   const inst = input.installation;
-  if (input.messageCreatedAtMs != null && input.receivedAtMs - input.messageCreatedAtMs > STALE_MESSAGE_MS)
-    return { kind: 'skipped', reason: 'stale_message' };
-  const id = newRowId();
-  const sealed = await sealSnapshot(keys, id, {
-    appId: inst.appId,
-    appSecret: inst.appSecret,
-    apiBase: inst.apiBase,
-  });
-  const { rows } = await tx.query<{ inserted: boolean; settled: boolean; has_free: boolean }>(REGISTER, [
-    id,
+  const prep = await prepareRegistration(keys, input);
+  if (prep.stale) return { kind: 'skipped', reason: 'stale_message' };
+  const { rows } = await tx.query<RegisterResultRow>(REGISTER, [
+    prep.id,
     inst.workspaceId,
     inst.id,
     inst.appId,
@@ -90,14 +169,8 @@ export async function registerInput(tx: Q, keys: KeyRing, input: RegisterInput):
     String(input.contextRevision),
     input.chatId ?? null,
     input.messageCreatedAtMs ?? null,
-    sealed,
+    prep.sealed,
     MAX_LIFETIME_MS,
   ]);
-  const r = rows[0]!;
-  if (r.inserted) return { kind: 'registered', id, messageId: input.messageId, installation: inst };
-  if (r.settled) return { kind: 'skipped', reason: 'already_settled' };
-  const reason = r.has_free ? 'contended' : 'quota_full';
-  // Spec: repeated quota skips are a capacity incident; never a credential in this line.
-  log.warn('typing_add_skipped', { workspaceId: inst.workspaceId, installationId: inst.id, reason });
-  return { kind: 'skipped', reason };
+  return registrationOutcome(rows[0]!, prep.id, input.messageId, inst);
 }

@@ -1,0 +1,121 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { testPool, uid } from '../helpers/db';
+import { buildEvent, emu, installApp, submit, type TestApp } from '../lark/helpers';
+import { newChat } from './helpers';
+
+/**
+ * The webhook records an event in ONE autocommit statement (workers/channel/accept.ts):
+ * receipt, input, mailbox message and typing-ledger registration together or not at all.
+ */
+const pool = testPool(4);
+let app: TestApp;
+let workspaceId: string;
+beforeAll(async () => {
+  app = await installApp();
+  const { rows } = await pool.query<{ workspace_id: string }>(
+    'select workspace_id from lark_installations where id = $1',
+    [app.installationId],
+  );
+  workspaceId = rows[0]!.workspace_id;
+}, 60_000);
+afterEach(() => emu('faults', undefined, 'DELETE'));
+afterAll(() => pool.end());
+
+async function written(messageId: string) {
+  const { rows } = await pool.query<{ receipts: number; inputs: number; mailbox: number; ledger: number }>(
+    `select (select count(*)::int from lark_event_receipts r join lark_inbound_messages m
+               on m.installation_id = r.installation_id and m.event_id = r.event_id
+              where m.message_id = $1) as receipts,
+            (select count(*)::int from lark_inbound_messages where message_id = $1) as inputs,
+            (select count(*)::int from actor_mailbox b join lark_inbound_messages m
+               on b.instance_id = m.session_id and b.message_key = 'in:' || m.position
+              where m.message_id = $1) as mailbox,
+            (select count(*)::int from channel_typing_reaction where source_message_id = $1) as ledger`,
+    [messageId],
+  );
+  return rows[0]!;
+}
+
+describe('the webhook statement', { timeout: 40_000 }, () => {
+  it('a registration that cannot be written fails the whole event: nothing recorded, no Add; the redelivery records it once', async () => {
+    const chat = newChat(app);
+    const built = await buildEvent(app, { message: { text: 'blocked', chat_id: chat.chatId } });
+    const messageId = built.message_id!;
+    const locker = await pool.connect();
+    try {
+      // Inserts into the ledger wait for this lock until the webhook's lock_timeout (1.5 s).
+      await locker.query('begin; lock table channel_typing_reaction in exclusive mode');
+      const res = await submit(app.installationId, built.request);
+      expect(res.status).toBeGreaterThanOrEqual(500);
+    } finally {
+      await locker.query('rollback');
+      locker.release();
+    }
+    const { rows: receipts } = await pool.query(
+      'select 1 from lark_event_receipts where installation_id = $1 and event_id = $2',
+      [app.installationId, built.event_id],
+    );
+    expect(receipts).toHaveLength(0);
+    expect(await written(messageId)).toEqual({ receipts: 0, inputs: 0, mailbox: 0, ledger: 0 });
+    const { items } = await emu<{ items: unknown[] }>(`messages/${messageId}/reactions`);
+    expect(items).toHaveLength(0);
+
+    // Lark retries the same delivery: now it is recorded once, with its registration.
+    const again = await submit(app.installationId, built.request);
+    expect(again.status).toBe(200);
+    expect(await written(messageId)).toEqual({ receipts: 1, inputs: 1, mailbox: 1, ledger: 1 });
+  });
+
+  it('concurrent events racing for the last quota slot: exactly one registers, every input is still recorded', async () => {
+    const fill = uid('f');
+    // Every free slot of the workspace but one (earlier tests here hold some).
+    await pool.query(
+      `insert into channel_typing_reaction (id, workspace_id, installation_id, app_id, session_id,
+         source_message_id, input_position, context_revision, quota_slot, expires_at)
+       select 'fill_' || $1 || s, $2, $3, $4, 'fill', 'om_fill_' || $1 || s, s, 0, s, app_now() + interval '7 days'
+       from (select s from generate_series(1, 1000) s
+              where not exists (select 1 from channel_typing_reaction r
+                                 where r.workspace_id = $2 and r.quota_slot = s)
+              order by s offset 1) free`,
+      [fill, workspaceId, app.installationId, app.appId],
+    );
+    try {
+      const built = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          buildEvent(app, { message: { text: `race ${i}`, chat_id: newChat(app).chatId } }),
+        ),
+      );
+      const answers = await Promise.all(built.map((b) => submit(app.installationId, b.request)));
+      expect(answers.map((r) => r.status)).toEqual(Array(8).fill(200));
+      const counts = await Promise.all(built.map((b) => written(b.message_id!)));
+      for (const c of counts) expect(c).toMatchObject({ receipts: 1, inputs: 1, mailbox: 1 });
+      expect(counts.reduce((n, c) => n + c.ledger, 0)).toBe(1);
+    } finally {
+      await pool.query(
+        `delete from channel_typing_reaction where session_id = 'fill' and workspace_id = $1`,
+        [workspaceId],
+      );
+    }
+  });
+
+  it('the mailbox message carries the recorded position and context revision', async () => {
+    const chat = newChat(app);
+    const built = await buildEvent(app, { message: { text: 'payload', chat_id: chat.chatId } });
+    expect((await submit(app.installationId, built.request)).status).toBe(200);
+    const { rows } = await pool.query<{ payload: Record<string, unknown>; position: string }>(
+      `select b.payload, m.position from actor_mailbox b join lark_inbound_messages m
+         on b.instance_id = m.session_id and b.message_key = 'in:' || m.position
+        where m.message_id = $1`,
+      [built.message_id],
+    );
+    expect(rows[0]!.payload).toMatchObject({
+      position: Number(rows[0]!.position),
+      contextRevision: 1,
+      messageId: built.message_id,
+      text: 'payload',
+      session: { installationId: app.installationId, chatId: chat.chatId, threadId: null },
+    });
+    const { rows: inst } = await pool.query('select 1 from actor_instances where id = $1', [chat.sessionId]);
+    expect(inst).toHaveLength(1);
+  });
+});
