@@ -4,7 +4,16 @@ import { ChannelSeed, existing } from './channel-seed';
 import { drain, runSteps } from './helpers';
 
 const pool = testPool();
-afterAll(() => pool.end());
+const seeds: ChannelSeed[] = [];
+const newSeed = (): ChannelSeed => {
+  const seed = new ChannelSeed(pool);
+  seeds.push(seed);
+  return seed;
+};
+afterAll(async () => {
+  for (const seed of seeds) await seed.cleanup();
+  await pool.end();
+});
 
 const turnKeys = async (sessions: string[]) => {
   const { rows } = await pool.query(
@@ -16,7 +25,7 @@ const turnKeys = async (sessions: string[]) => {
 
 describe('channel_turns retention', () => {
   it('deletes terminal turns settled over 7 days ago and keeps running, recent and still-needed ones', async () => {
-    const seed = new ChannelSeed(pool);
+    const seed = newSeed();
     const s = await seed.conversation();
     await seed.turn(s, 1, 1, 2, 8); // old terminal: deleted
     await seed.turn(s, 2, 3, 3, 1); // recent terminal: kept
@@ -36,7 +45,7 @@ describe('channel_turns retention', () => {
   });
 
   it('deletes at most batchRows turns per run', async () => {
-    const seed = new ChannelSeed(pool);
+    const seed = newSeed();
     const s = await seed.conversation();
     for (let n = 1; n <= 5; n++) await seed.turn(s, n, n, n, 9);
     expect((await runSteps(pool, ['turns'], { batchRows: 2 })).turns).toBe(2);
@@ -48,7 +57,7 @@ describe('channel_turns retention', () => {
 
 describe('lark_inbound_messages retention', () => {
   it('deletes old settled inputs and keeps pending, in-turn, ledger-live and recent ones', async () => {
-    const seed = new ChannelSeed(pool);
+    const seed = newSeed();
     const s = await seed.conversation({
       state: { pending: [{ position: 5, messageId: 'x' }], turn: { inputs: [{ position: 4 }] }, turnNo: 2 },
     });
@@ -86,7 +95,7 @@ describe('lark_inbound_messages retention', () => {
   });
 
   it('deletes at most batchRows inputs per run', async () => {
-    const seed = new ChannelSeed(pool);
+    const seed = newSeed();
     const ids = [];
     for (let i = 0; i < 5; i++) ids.push(await seed.input(null, 0, 9));
     expect((await runSteps(pool, ['inputs'], { batchRows: 2 })).inputs).toBe(2);
@@ -98,7 +107,7 @@ describe('lark_inbound_messages retention', () => {
 
 describe('channel_conversations retention', () => {
   it('deletes a conversation idle for 30 days with nothing left, keeps every one something still needs', async () => {
-    const seed = new ChannelSeed(pool);
+    const seed = newSeed();
     const idle = await seed.conversation({ idleDays: 31 });
     const recent = await seed.conversation({ idleDays: 29 });
     const withInput = await seed.conversation({ idleDays: 31 });
@@ -147,7 +156,7 @@ describe('channel_conversations retention', () => {
   });
 
   it('deletes at most batchRows conversations per run', async () => {
-    const seed = new ChannelSeed(pool);
+    const seed = newSeed();
     const ids = [];
     for (let i = 0; i < 5; i++) ids.push(await seed.conversation({ idleDays: 40 }));
     expect((await runSteps(pool, ['conversations'], { batchRows: 2 })).conversations).toBe(2);
