@@ -119,23 +119,24 @@ export async function recordFailedDelivery(
 // pending effects), filtered to actor types some code here can run; `distinct` then works
 // on at most SCAN rows per branch, never on the whole backlog.
 const WORK_SCAN = 1000;
-const INSTANCES_WITH_WORK = `
+/** $1 = instances, $2 = actor types or null, $3 = rows read per branch. Exported for EXPLAIN tests. */
+export const INSTANCES_WITH_WORK_SQL = `
 with due as (select app_now_ms() as now)
 select id from (
   (select m.instance_id as id from actor_mailbox m join actor_instances i on i.id = m.instance_id
     where m.state = 'pending' and m.available_at_ms <= (select now from due)
       and ($2::text[] is null or i.actor_type = any($2::text[]))
-    limit $3)
+    order by m.instance_id, m.id limit $3)
   union all
   (select i.id from actor_instances i
     where i.wake_at_ms <= (select now from due)
       and ($2::text[] is null or i.actor_type = any($2::text[]))
-    limit $3)
+    order by i.wake_at_ms limit $3)
   union all
   (select e.origin_instance_id as id from effects e join actor_instances i on i.id = e.origin_instance_id
     where e.status = 'pending' and e.run_at_ms <= (select now from due)
       and ($2::text[] is null or i.actor_type = any($2::text[]))
-    limit $3)
+    order by e.run_at_ms limit $3)
 ) work group by id limit $1`;
 
 /**
@@ -149,7 +150,7 @@ export async function instancesWithWork(
   limit: number,
   opts: { actorTypes?: string[] } = {},
 ): Promise<string[]> {
-  const { rows } = await q.query<{ id: string }>(INSTANCES_WITH_WORK, [
+  const { rows } = await q.query<{ id: string }>(INSTANCES_WITH_WORK_SQL, [
     limit,
     opts.actorTypes ?? null,
     WORK_SCAN,

@@ -3,6 +3,7 @@ import pg from 'pg';
 import { afterAll, expect, inject, it } from 'vitest';
 import { migrate } from '../../../scripts/lib/migrator';
 import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
+import { INSTANCES_WITH_WORK_SQL } from '../../../workers/effects/mailbox';
 import { runRecoveryPass, STALE_CANDIDATES_SQL } from '../../../workers/effects/recovery';
 import { effectConfig } from '../../../workers/effects/types';
 import { MIGRATIONS_DIR } from '../../setup/stack';
@@ -59,4 +60,9 @@ it('the recovery pass reads only work in flight: no scan of a 200k-row effects t
     "select count(*)::int as n from actor_mailbox where message_key like 'effect:%:recovery'",
   );
   expect(rows[0]!.n).toBe(50);
+
+  // The minute poll (due messages, timers, delayed/retried effects) reads partial indexes too.
+  await pool.query('analyze');
+  const poll = await pool.query(`explain (format json) ${INSTANCES_WITH_WORK_SQL}`, [50, ['scale'], 1000]);
+  expect(scansEffects(poll.rows[0]['QUERY PLAN'])).toBe(false);
 }, 120_000);
