@@ -16,7 +16,7 @@ export interface ClaimedRow extends WithdrawTarget {
  * once (see expire.ts): `Index Cond: next_attempt_at <= $1` ends the scan at the first row
  * not yet due instead of filtering every pending row (the index also holds the null ones).
  */
-const CLAIM = `
+export const CLAIM = `
 with now as materialized (select app_now() as t),
 due as (
   select id from channel_typing_reaction

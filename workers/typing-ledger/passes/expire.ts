@@ -20,7 +20,7 @@ import { EXPIRE_BUDGET_MS, EXPIRE_LIMIT, type PassScope, scopeParam, TASKLESS_EX
  * The write finds its rows by primary key (`id = any(array(...))`), never a hash join over a
  * sequential scan of the ledger.
  */
-const EXPIRE_LIFETIME = `
+export const EXPIRE_LIFETIME = `
 with now as materialized (select app_now() as t),
 due as (
   select id from channel_typing_reaction
@@ -42,7 +42,7 @@ returning workspace_id`;
  * a late Add deletes its own badge. The INPUT is not settled (no settlement cutoff is written,
  * no task is cancelled, no run restarted): the engine can still process it on later traffic.
  */
-const EXPIRE_TASKLESS = `
+export const EXPIRE_TASKLESS = `
 with now as materialized (select app_now() as t),
 due as (
   select id from channel_typing_reaction

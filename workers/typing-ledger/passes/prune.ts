@@ -10,7 +10,7 @@ import { type PassScope, PRUNE_BUDGET_MS, PRUNE_LIMIT, scopeParam, TOMBSTONE_RET
  * expire.ts): `Index Cond` on the terminal index, so an empty pass costs a few pages, not a
  * walk of every tombstone.
  */
-const PRUNE_TOMBSTONES = `
+export const PRUNE_TOMBSTONES = `
 with now as materialized (select app_now() as t),
 old as (
   select id from channel_typing_reaction
@@ -27,7 +27,7 @@ delete from channel_typing_reaction where id = any(array(select id from old))`;
  * Settlement cutoffs only matter while a registration for their inputs can still arrive
  * (seconds; a message older than two minutes is refused). Kept as long as the tombstones.
  */
-const PRUNE_CUTOFFS = `
+export const PRUNE_CUTOFFS = `
 with now as materialized (select app_now() as t),
 old as (
   select ctid as c from channel_typing_settlement
