@@ -1,15 +1,22 @@
-// npm run demo [-- "your message"]: against a running `npm run dev`, the Lark emulator sends a
-// signed, encrypted im.message.receive_v1 to the webhook, and the bot's reply is printed as
-// soon as it appears in the emulator. Env: SERVICE_URL (http://127.0.0.1:8787),
-// LARK_EMULATOR_URL (http://127.0.0.1:8790), ADMIN_TOKEN (else .local/dev-secrets.json).
+// npm run demo [-- "message" ["message" ...]]: against a running `npm run dev`, the Lark
+// emulator sends signed, encrypted im.message.receive_v1 events to the webhook (three by
+// default, back to back, so they coalesce into one turn), and the demo prints, by polling
+// the emulator's inspection API: the `Typing` badge appearing on each message, the bot's
+// reply, and every badge gone. Env: SERVICE_URL (http://127.0.0.1:8787), LARK_EMULATOR_URL
+// (http://127.0.0.1:8790), ADMIN_TOKEN (else .local/dev-secrets.json).
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { setupLarkDemo } from './lib/demo-setup';
 
 const serviceUrl = process.env.SERVICE_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8787}`;
 const emulatorUrl = process.env.LARK_EMULATOR_URL ?? 'http://127.0.0.1:8790';
-const text = process.argv[2] ?? `hello from the demo at ${new Date().toISOString()}`;
-const REPLY_WAIT_MS = 30_000;
+const stamp = new Date().toISOString().slice(11, 19);
+const texts =
+  process.argv.length > 2
+    ? process.argv.slice(2)
+    : [`hello (${stamp})`, 'are you there?', 'three quick messages, one turn'];
+const WAIT_MS = 30_000;
+const POLL_MS = 100;
 
 function adminToken(): string {
   if (process.env.ADMIN_TOKEN) return process.env.ADMIN_TOKEN;
@@ -18,6 +25,9 @@ function adminToken(): string {
     throw new Error('no ADMIN_TOKEN and no .local/dev-secrets.json: is `npm run dev` running?');
   return (JSON.parse(readFileSync(path, 'utf8')) as { ADMIN_TOKEN: string }).ADMIN_TOKEN;
 }
+
+const emu = <T>(path: string, init?: RequestInit): Promise<T> =>
+  fetch(`${emulatorUrl}/__emulator/${path}`, init).then((r) => r.json() as Promise<T>);
 
 const up = await fetch(`${serviceUrl}/healthz`).then(
   (r) => r.ok,
@@ -31,36 +41,83 @@ const demo = await setupLarkDemo({ serviceUrl, adminToken: adminToken(), emulato
 console.log(`[demo] installation ${demo.installationId} (app ${demo.appId}), chat ${demo.chatId}`);
 
 const started = Date.now();
-const sent = (await fetch(`${emulatorUrl}/__emulator/events`, {
-  method: 'POST',
-  headers: { 'content-type': 'application/json' },
-  body: JSON.stringify({
-    app_id: demo.appId,
-    deliver: 'post',
-    url: demo.webhookUrl,
-    message: { text, chat_id: demo.chatId, chat_type: 'group' },
-  }),
-}).then((r) => r.json())) as { status: number; response: string; latencyMs: number; message_id: string };
-console.log(`[demo] user says: ${JSON.stringify(text)} (message ${sent.message_id})`);
-console.log(`[demo] webhook answered HTTP ${sent.status} in ${sent.latencyMs} ms: ${sent.response}`);
-if (sent.status !== 200) process.exit(1);
+const at = () => `+${String(Date.now() - started).padStart(5)} ms`;
+interface Sent {
+  status: number;
+  response: string;
+  latencyMs: number;
+  message_id: string;
+}
+const messages: { id: string; text: string; badge: 'never' | 'on' | 'gone' }[] = [];
+for (const text of texts) {
+  const sent = await emu<Sent>('events', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      app_id: demo.appId,
+      deliver: 'post',
+      url: demo.webhookUrl,
+      message: { text, chat_id: demo.chatId, chat_type: 'group' },
+    }),
+  });
+  console.log(`[demo] ${at()} user says ${JSON.stringify(text)} (${sent.message_id})`);
+  console.log(`[demo] ${at()}   webhook answered HTTP ${sent.status} in ${sent.latencyMs} ms`);
+  if (sent.status !== 200) process.exit(1);
+  messages.push({ id: sent.message_id, text, badge: 'never' });
+}
 
+/** This app's `Typing` reactions on a message (humans' and other apps' are not ours). */
+async function ourTyping(messageId: string): Promise<number> {
+  const { items } = await emu<{
+    items: {
+      reaction_type: { emoji_type: string };
+      operator: { operator_id: string; operator_type: string };
+    }[];
+  }>(`messages/${messageId}/reactions`);
+  return items.filter(
+    (r) =>
+      r.reaction_type.emoji_type === 'Typing' &&
+      r.operator.operator_type === 'app' &&
+      r.operator.operator_id === demo.appId,
+  ).length;
+}
+
+const replied = new Set<string>();
 for (;;) {
-  const { items } = (await fetch(`${emulatorUrl}/__emulator/messages/${sent.message_id}/replies`).then((r) =>
-    r.json(),
-  )) as { items: { message_id: string; content: string }[] };
-  if (items.length > 0) {
+  for (const m of messages) {
+    const on = (await ourTyping(m.id)) > 0;
+    if (on && m.badge === 'never') {
+      m.badge = 'on';
+      console.log(`[demo] ${at()} Typing badge ON   ${JSON.stringify(m.text)}`);
+    } else if (!on && m.badge === 'on') {
+      m.badge = 'gone';
+      console.log(`[demo] ${at()} Typing badge GONE ${JSON.stringify(m.text)}`);
+    }
+    const { items } = await emu<{ items: { message_id: string; content: string }[] }>(
+      `messages/${m.id}/replies`,
+    );
     for (const reply of items) {
+      if (replied.has(reply.message_id)) continue;
+      replied.add(reply.message_id);
       const body = JSON.parse(reply.content) as { text?: string };
       console.log(
-        `[demo] bot replies after ${Date.now() - started} ms: ${JSON.stringify(body.text ?? reply.content)}`,
+        `[demo] ${at()} bot replies to ${JSON.stringify(m.text)}: ${JSON.stringify(body.text ?? reply.content)}`,
       );
     }
+  }
+  const badgesDone = messages.every((m) => m.badge !== 'on');
+  if (replied.size > 0 && badgesDone) {
+    const never = messages.filter((m) => m.badge === 'never');
+    console.log(
+      `[demo] ${at()} every badge gone${never.length ? ` (${never.length} never seen: too fast for the ${POLL_MS} ms poll, or skipped)` : ''}`,
+    );
     process.exit(0);
   }
-  if (Date.now() - started > REPLY_WAIT_MS) {
-    console.error(`[demo] no reply within ${REPLY_WAIT_MS / 1000} s (debounce is CHANNEL_DEBOUNCE_MS)`);
+  if (Date.now() - started > WAIT_MS) {
+    console.error(
+      `[demo] not finished within ${WAIT_MS / 1000} s: replies ${replied.size}, badges ${messages.map((m) => m.badge).join(', ')}`,
+    );
     process.exit(1);
   }
-  await new Promise((r) => setTimeout(r, 200));
+  await new Promise((r) => setTimeout(r, POLL_MS));
 }
