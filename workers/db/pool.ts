@@ -27,20 +27,40 @@ function configureDriver(wsProxy: string | undefined): void {
   neonConfig.pipelineConnect = false;
 }
 
+/** Per-pool overrides; every field defaults from `DbSettings`. */
+export interface PoolOptions {
+  /** Connections in the pool (default 4). */
+  max?: number;
+  /** statement_timeout and lock_timeout sent in the startup packet (default DB_STATEMENT_TIMEOUT_MS). */
+  statementTimeoutMs?: number;
+  /**
+   * How long to wait for a connection. Defaults from the service-wide DB_STATEMENT_TIMEOUT_MS,
+   * not from `statementTimeoutMs`: connecting is not the statement, and a pool with a tight
+   * statement budget still needs the usual time to connect on a loaded machine.
+   */
+  connectTimeoutMs?: number;
+}
+
 /**
  * Opens a pool for exactly one request, alarm or script run. Workers forbid I/O objects
- * that outlive their request, so callers must `end()` it (see `withDb`).
+ * that outlive their request, so callers must `end()` it (see `withDb`). A number as the
+ * second argument is shorthand for `{ max }`.
  */
-export function openPool(settings: DbSettings, max = 4): Pool {
+export function openPool(settings: DbSettings, options: PoolOptions | number = {}): Pool {
+  const {
+    max = 4,
+    statementTimeoutMs = settings.DB_STATEMENT_TIMEOUT_MS,
+    connectTimeoutMs,
+  } = typeof options === 'number' ? { max: options } : options;
   configureDriver(settings.NEON_WS_PROXY);
   const pool = new Pool({
     connectionString: settings.DATABASE_URL,
     max,
-    connectionTimeoutMillis: Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
+    connectionTimeoutMillis: connectTimeoutMs ?? Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
     // Sent in the startup packet: a ceiling for every statement, even outside withTx.
-    statement_timeout: settings.DB_STATEMENT_TIMEOUT_MS,
-    lock_timeout: settings.DB_STATEMENT_TIMEOUT_MS,
-    idle_in_transaction_session_timeout: settings.DB_STATEMENT_TIMEOUT_MS * 2,
+    statement_timeout: statementTimeoutMs,
+    lock_timeout: statementTimeoutMs,
+    idle_in_transaction_session_timeout: statementTimeoutMs * 2,
   });
   poolStats.opened += 1;
   let ending = false;
