@@ -1,6 +1,7 @@
 import type { Pool } from '@neondatabase/serverless';
 import type { KeyRing } from '../crypto/sealed';
 import { RETRYABLE_SQLSTATES, sqlState } from '../db/tx';
+import { enqueueCtes } from '../effects/mailbox';
 import {
   MAX_LIFETIME_MS,
   prepareRegistration,
@@ -19,10 +20,9 @@ import type { TypingInput } from './typing-hooks';
  * data-modifying CTEs): the event_id receipt gates all the rest (a duplicate writes nothing);
  * the conversation upsert numbers the input (its row lock orders positions per session until
  * the statement commits); the input row (a Lark message id seen under another event id
- * records nothing further); the actor instance (`on conflict do nothing`, as
- * effects/mailbox.ts `ensureInstance`); the `in:<position>` mailbox message (as
- * `enqueueMessage`; the FK to actor_instances is checked at the end of the statement, so the
- * sibling insert satisfies it); and the typing-ledger registration (typing-ledger
+ * records nothing further); the actor instance and the `in:<position>` mailbox message
+ * (effects/mailbox.ts `enqueueCtes`: the SQL of `ensureInstance` and `enqueueMessage`);
+ * and the typing-ledger registration (typing-ledger
  * `registerCtes`: settlement check, random free quota slot, `on conflict do nothing` on the
  * unique partial index, sealed snapshot bound to the client-generated row id). All of it
  * commits or none of it does, before the answer, so register-before-Add holds: the Add is
@@ -56,18 +56,15 @@ with receipt as (
     from conv
   on conflict (installation_id, message_id) do nothing
   returning position, context_revision
-), instance as (
-  insert into actor_instances (id, actor_type, actor_key, state)
-  select $3, $16, $17, '{}'::jsonb from input
-  on conflict (id) do nothing
-), mailbox as (
-  insert into actor_mailbox (instance_id, message_key, payload, available_at_ms)
-  select $3, 'in:' || input.position,
-         $18::jsonb || jsonb_build_object('position', input.position, 'contextRevision', input.context_revision),
-         app_now_ms()
-    from input
-  on conflict (instance_id, message_key) do nothing
-), ${registerCtes({
+), ${enqueueCtes({
+  instanceId: '$3',
+  actorType: '$16',
+  actorKey: '$17',
+  state: `'{}'::jsonb`,
+  key: `'in:' || input.position`,
+  payload: `$18::jsonb || jsonb_build_object('position', input.position, 'contextRevision', input.context_revision)`,
+  from: 'input',
+})}, ${registerCtes({
   id: '$19',
   workspaceId: '$4',
   installationId: '$1',

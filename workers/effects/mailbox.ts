@@ -4,6 +4,62 @@ import { type InstanceRow, type MailboxRow, type Queryable, RESERVED_KEY_PREFIX 
 
 const MAX_KEY_LENGTH = 300;
 
+/**
+ * The SQL of `ensureInstance` and `enqueueMessage`, shared with callers that must write the
+ * instance and its message inside their own single statement (channel/accept.ts chains them
+ * as CTEs): one text, so a change to these tables cannot leave a copy behind. Every field
+ * is a SQL expression in the caller's statement. `from` names a relation whose rows gate
+ * the insert (one row = one insert; none = nothing written).
+ */
+interface InsertInstanceSql {
+  /** Must equal `instanceIdOf(actorType, actorKey)`. */
+  id: string;
+  actorType: string;
+  actorKey: string;
+  /** jsonb; `ensureInstance` defaults to `'{}'`. */
+  state: string;
+  from?: string;
+}
+
+function insertInstanceSql(x: InsertInstanceSql): string {
+  return `insert into actor_instances (id, actor_type, actor_key, state)
+  select ${x.id}, ${x.actorType}, ${x.actorKey}, ${x.state}${x.from ? ` from ${x.from}` : ''}
+  on conflict (id) do nothing`;
+}
+
+interface InsertMessageSql {
+  instanceId: string;
+  /** text; the caller owns `enqueueMessage`'s rules: 1..300 characters, never `effect:`. */
+  key: string;
+  /** jsonb */
+  payload: string;
+  /** bigint milliseconds after app_now_ms(); default 0. */
+  delayMs?: string;
+  from?: string;
+}
+
+function insertMessageSql(x: InsertMessageSql): string {
+  return `insert into actor_mailbox (instance_id, message_key, payload, available_at_ms)
+  select ${x.instanceId}, ${x.key}, ${x.payload}, app_now_ms() + ${x.delayMs ?? '0'}${x.from ? ` from ${x.from}` : ''}
+  on conflict (instance_id, message_key) do nothing`;
+}
+
+/**
+ * `ensureInstance` + `enqueueMessage` as two data-modifying CTEs named `instance` and
+ * `mailbox` (no trailing comma), for a caller's own `with` chain. The mailbox row's foreign
+ * key to actor_instances is checked at the end of the statement, so the sibling insert
+ * satisfies it. Both return nothing; read the gating relation to know what was written.
+ */
+export function enqueueCtes(
+  x: Omit<InsertInstanceSql, 'id' | 'from'> & InsertMessageSql & { from: string },
+): string {
+  return `instance as (
+  ${insertInstanceSql({ ...x, id: x.instanceId })}
+), mailbox as (
+  ${insertMessageSql(x)}
+)`;
+}
+
 /** Creates the instance if it does not exist yet; returns its id (`<type>:<key>`). */
 export async function ensureInstance(
   q: Queryable,
@@ -12,11 +68,12 @@ export async function ensureInstance(
   initialState: unknown = {},
 ): Promise<string> {
   const id = instanceIdOf(actorType, actorKey);
-  await q.query(
-    `insert into actor_instances (id, actor_type, actor_key, state) values ($1, $2, $3, $4::jsonb)
-     on conflict (id) do nothing`,
-    [id, actorType, actorKey, JSON.stringify(initialState)],
-  );
+  await q.query(insertInstanceSql({ id: '$1', actorType: '$2', actorKey: '$3', state: '$4::jsonb' }), [
+    id,
+    actorType,
+    actorKey,
+    JSON.stringify(initialState),
+  ]);
   return id;
 }
 
@@ -46,9 +103,7 @@ export async function enqueueMessage(
   if (key.startsWith(RESERVED_KEY_PREFIX))
     throw new AppError('validation_failed', `message keys starting "${RESERVED_KEY_PREFIX}" are reserved`);
   const { rows } = await q.query<{ id: string }>(
-    `insert into actor_mailbox (instance_id, message_key, payload, available_at_ms)
-     values ($1, $2, $3::jsonb, app_now_ms() + $4::bigint)
-     on conflict (instance_id, message_key) do nothing returning id`,
+    `${insertMessageSql({ instanceId: '$1', key: '$2', payload: '$3::jsonb', delayMs: '$4::bigint' })} returning id`,
     [instanceId, key, JSON.stringify(payload ?? null), opts.delayMs ?? 0],
   );
   return { inserted: rows.length === 1, messageId: rows[0]?.id ?? null };
