@@ -167,7 +167,7 @@ export async function acceptInboundMessage(
   const registration = prep.stale
     ? { kind: 'skipped' as const, reason: 'stale_message' as const }
     : registrationOutcome(row, prep.id, message.message_id, installation);
-  const typing: Omit<TypingInput, 'keys'> = {
+  const typing: TypingInput = {
     sessionId,
     installationId: installation.id,
     workspaceId: installation.workspaceId,

@@ -17,7 +17,7 @@ export interface InboundMessage {
 
 /** What the transaction recorded, for the work after the answer. */
 export interface RecordedInput {
-  typing: Omit<TypingInput, 'keys'>;
+  typing: TypingInput;
   registration: TypingRegistration;
 }
 

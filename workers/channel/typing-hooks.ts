@@ -1,5 +1,4 @@
 import type { PoolClient } from '@neondatabase/serverless';
-import type { KeyRing } from '../crypto/sealed';
 import { withDb } from '../db/pool';
 import type { Config, Env } from '../env';
 import { type Installation, loadInstallation } from '../installations/store';
@@ -10,6 +9,8 @@ import { isConversationInputLive } from './liveness';
  * The four points where the conversation engine hands the typing-badge ledger
  * (workers/typing-ledger, spec lark-typing-reaction-cleanup) what it needs. The engine
  * calls them; the ledger owns their bodies. Signatures are stable: change bodies only.
+ * Point (1), registration, has no function here: it is part of the webhook's one statement
+ * (accept.ts, through the ledger's `registerCtes`).
  *
  * Vocabulary. A session is one conversation = one actor instance (`sessionId` is the actor
  * instance id, `lark-conversation:<installation>:<chat>:<thread|->`). Every recorded input
@@ -21,7 +22,7 @@ import { isConversationInputLive } from './liveness';
  * any detached work, and again with the outcome in the terminal transaction.
  */
 
-/** One newly recorded user message, inside the webhook's transaction. */
+/** One newly recorded user message, as the webhook's statement recorded it (accept.ts). */
 export interface TypingInput {
   /** Actor instance id of the conversation. */
   sessionId: string;
@@ -44,8 +45,6 @@ export interface TypingInput {
    * (app secret, API host) bound to its own row. Never log or return it.
    */
   installation: Installation;
-  /** The key ring to seal that snapshot with (`config.SECRET_KEYS`). */
-  keys: KeyRing;
 }
 
 /** What registration decided: whether the Add may be sent, and the ledger row if any. */
@@ -56,7 +55,7 @@ export interface TypingRegistration {
 
 /** An input after the webhook's transaction committed and the 200 went out. */
 export interface AnsweredInput {
-  input: Omit<TypingInput, 'keys'>;
+  input: TypingInput;
   registration: TypingRegistration;
 }
 
@@ -90,26 +89,6 @@ export interface TurnSettlement {
   taskless: boolean;
   /** The posted reply's message id, when delivered. */
   replyMessageId: string | null;
-}
-
-/**
- * (1) Inside the webhook's transaction, right after the input is recorded on the actor
- * (same transaction as the event_id receipt, so a rollback removes both). Write only
- * through `tx`; no remote call. Returns whether an Add should be sent after the answer.
- * Must not throw for cosmetic reasons (quota full, slot collision): return sendAdd=false.
- */
-export async function registerTypingInputs(tx: PoolClient, input: TypingInput): Promise<TypingRegistration> {
-  const reg = await ledger.registerInput(tx, input.keys, {
-    installation: input.installation,
-    sessionId: input.sessionId,
-    messageId: input.messageId,
-    chatId: input.chatId,
-    inputPosition: input.position,
-    contextRevision: input.contextRevision,
-    messageCreatedAtMs: input.messageCreatedAtMs,
-    receivedAtMs: input.receivedAtMs,
-  });
-  return reg.kind === 'registered' ? { sendAdd: true, ledgerId: reg.id } : { sendAdd: false, ledgerId: null };
 }
 
 /**

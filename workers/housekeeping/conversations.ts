@@ -5,8 +5,9 @@ type Q = Pick<PoolClient, 'query'>;
 /**
  * Idle conversations: no input for `idle` (channel_conversations_updated) and nothing left
  * that names the session. Deleting the row restarts the conversation's numbering at
- * position 1, revision 1 on its next message (workers/channel/inputs.ts upserts it), so the
- * row goes only when no earlier number can collide or be misread:
+ * position 1, revision 1 on its next message (the webhook's statement in
+ * workers/channel/accept.ts upserts it), so the row goes only when no earlier number can
+ * collide or be misread:
  * - no input rows (lark_inbound_messages_session_position is unique per position);
  * - no turns, no live ledger rows and no settlement cutoffs of the session (a cutoff of the
  *   old numbering would settle a new input at birth);
