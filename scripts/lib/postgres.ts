@@ -36,7 +36,9 @@ export async function startEmbeddedPostgres(opts: { dataDir: string; port?: numb
     port,
     user: 'postgres',
     password: 'postgres',
-    authMethod: 'scram-sha-256',
+    // Cleartext password on loopback only: SCRAM costs ~250 ms of client CPU per connection,
+    // and the Worker opens a connection per request (measured through the bridge: 285 ms vs 36 ms).
+    authMethod: 'password',
     persistent: opts.persistent,
     // As root the package runs Postgres as the `postgres` OS user (creating it if needed).
     createPostgresUser: isRoot,
