@@ -31,6 +31,23 @@ export async function waitUntilBlocked(pool: Pool, pid: number, timeoutMs = 10_0
   }
 }
 
+/**
+ * The backend waiting on a lock that `holderPid` holds (the other side of
+ * `waitUntilBlocked`: here the blocked backend is not known in advance). Polls.
+ */
+export async function blockedBehind(pool: Pool, holderPid: number, timeoutMs = 10_000): Promise<number> {
+  const started = Date.now();
+  for (;;) {
+    const { rows } = await pool.query<{ pid: number }>(
+      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid)) limit 1',
+      [holderPid],
+    );
+    if (rows[0]) return rows[0].pid;
+    if (Date.now() - started > timeoutMs) throw new Error(`nothing blocked behind ${holderPid}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 /** Moves app_now() for every connection to the test database (app.test_clock is on). */
 export async function setDbClockOffset(pool: Pool, offsetMs: number): Promise<void> {
   await pool.query('update app_test_clock set offset_ms = $1', [offsetMs]);

@@ -145,17 +145,6 @@ export async function snapshot(pool: Pool, messageId: string, actorId: string) {
 }
 
 /** Finds the backend waiting on a lock `holderPid` holds (the request under test). */
-export async function blockedBy(pool: Pool, holderPid: number, timeoutMs = 10_000): Promise<number> {
-  const started = Date.now();
-  for (;;) {
-    const { rows } = await pool.query<{ pid: number }>(
-      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid)) limit 1',
-      [holderPid],
-    );
-    if (rows[0]) return rows[0].pid;
-    if (Date.now() - started > timeoutMs) throw new Error(`nothing blocked behind ${holderPid}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+export { blockedBehind as blockedBy } from '../helpers/db';
 
 export const DAY_MS = 86_400_000;

@@ -189,16 +189,4 @@ export async function remaining(pool: Pool, table: 'receipts' | 'fences', ids: s
   return rows.map((r) => r.operation_id);
 }
 
-/** The backend waiting on a lock that `holderPid` holds. */
-export async function blockedBehind(pool: Pool, holderPid: number, timeoutMs = 10_000): Promise<number> {
-  const started = Date.now();
-  for (;;) {
-    const { rows } = await pool.query<{ pid: number }>(
-      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid)) limit 1',
-      [holderPid],
-    );
-    if (rows[0]) return rows[0].pid;
-    if (Date.now() - started > timeoutMs) throw new Error(`nothing blocked behind ${holderPid}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+export { blockedBehind } from '../helpers/db';
