@@ -11,24 +11,19 @@ import {
   bulkRows,
   captureLogs,
   counts,
-  dropWorkspace,
   keys,
   makeInstallation,
   newMessage,
   quietEmulator,
   row,
+  trackWorkspaces,
   typingOf,
 } from './helpers';
 
 const DAY = 86_400_000;
 const TWO_MIN = 120_000;
 let pool: Pool;
-const workspaces: string[] = [];
-const ws = () => {
-  const w = uid('ws');
-  workspaces.push(w);
-  return w;
-};
+const { ws, dropAll } = trackWorkspaces();
 const lines = captureLogs();
 
 beforeAll(async () => {
@@ -38,7 +33,7 @@ beforeAll(async () => {
 afterEach(() => setDbClockOffset(pool, 0));
 afterAll(async () => {
   await setDbClockOffset(pool, 0);
-  for (const w of workspaces) await dropWorkspace(pool, w);
+  await dropAll(pool);
   await quietEmulator(true);
   await pool.end();
 });

@@ -134,3 +134,21 @@ export async function counts(pool: Pool, workspaceId: string) {
 export async function dropWorkspace(pool: Pool, workspaceId: string) {
   await pool.query('delete from channel_typing_reaction where workspace_id = $1', [workspaceId]);
 }
+
+/** Fresh workspace ids for one test file, all dropped by `dropAll` in its afterAll. */
+export function trackWorkspaces() {
+  const ids: string[] = [];
+  const track = (w: string) => {
+    ids.push(w);
+    return w;
+  };
+  return {
+    /** A new workspace id, remembered for the cleanup. */
+    ws: () => track(uid('ws')),
+    /** Remembers a workspace made elsewhere (e.g. by makeInstallation). */
+    track,
+    dropAll: async (pool: Pool) => {
+      for (const w of ids) await dropWorkspace(pool, w);
+    },
+  };
+}

@@ -9,16 +9,16 @@ import { emu } from '../lark/helpers';
 import {
   bulkRows,
   captureLogs,
-  dropWorkspace,
   keys,
   liveRows,
   makeInstallation,
   quietEmulator,
+  trackWorkspaces,
 } from './helpers';
 
 const lines = captureLogs();
 let pool: Pool;
-const workspaces: string[] = [];
+const { ws, track, dropAll } = trackWorkspaces();
 const stub = () => env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton'));
 const admin = (path: string, method = 'GET', token = env.ADMIN_TOKEN!) =>
   exports.default.fetch(`http://test/admin/typing-reactions/${path}`, {
@@ -41,7 +41,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await setDbClockOffset(pool, 0);
-  for (const w of workspaces) await dropWorkspace(pool, w);
+  await dropAll(pool);
   await admin('enable', 'POST');
   await quietEmulator(true);
   await pool.end();
@@ -54,8 +54,7 @@ describe('admin API and the maintenance object', () => {
   });
 
   it('an alarm runs expiry, pruning, receipts and retries; status shows per-workspace counts and the last pass, no snapshots', async () => {
-    const w = uid('ws');
-    workspaces.push(w);
+    const w = ws();
     await bulkRows(pool, { workspaceId: w, n: 3, createdOffsetMs: -60_000 });
     await bulkRows(pool, { workspaceId: w, n: 2, terminal: 'abandoned' });
     const receipt = uid('ev');
@@ -108,8 +107,7 @@ describe('admin API and the maintenance object', () => {
 
   it('a run admitted under an old generation stops at its next step', async () => {
     let admitted = true;
-    const w = uid('ws');
-    workspaces.push(w);
+    const w = ws();
     await bulkRows(pool, { workspaceId: w, n: 2, createdOffsetMs: -8 * 86_400_000 });
     const report = await runMaintenancePasses(pool, {
       keys: keys(),
@@ -129,8 +127,7 @@ describe('admin API and the maintenance object', () => {
 
 describe('signals', () => {
   it('no log line contains a credential or a snapshot, through failures, 429s and expiry', async () => {
-    const inst = await makeInstallation(pool, uid('ws'));
-    workspaces.push(inst.workspaceId);
+    const inst = await makeInstallation(pool, track(uid('ws')));
     await liveRows(pool, inst, 4);
     await emu('faults', { route: 'reactions.delete', kind: '429', resetSeconds: 60, times: 1 });
     await emu('faults', { route: 'reactions.delete', kind: '5xx', times: 1 });

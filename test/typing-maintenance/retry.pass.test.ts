@@ -4,28 +4,23 @@ import { ManualClock } from '../../workers/clock';
 import { claimDue } from '../../workers/typing-ledger/passes/claim';
 import { backoffAfterClaim } from '../../workers/typing-ledger/passes/limits';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
-import { setDbClockOffset, testPool, uid } from '../helpers/db';
+import { setDbClockOffset, testPool } from '../helpers/db';
 import { emu } from '../lark/helpers';
 import {
   bulkRows,
   callCounts,
   counts,
-  dropWorkspace,
   keys,
   liveRows,
   makeInstallation,
   quietEmulator,
   row,
+  trackWorkspaces,
   typingOf,
 } from './helpers';
 
 let pool: Pool;
-const workspaces: string[] = [];
-const ws = () => {
-  const w = uid('ws');
-  workspaces.push(w);
-  return w;
-};
+const { ws, dropAll } = trackWorkspaces();
 
 beforeAll(() => {
   pool = testPool(12);
@@ -33,7 +28,7 @@ beforeAll(() => {
 beforeEach(() => quietEmulator());
 afterAll(async () => {
   await setDbClockOffset(pool, 0);
-  for (const w of workspaces) await dropWorkspace(pool, w);
+  await dropAll(pool);
   await quietEmulator(true);
   await pool.end();
 });
