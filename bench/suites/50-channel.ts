@@ -1,9 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { connect, createServer } from 'node:net';
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { WebSocketServer } from 'ws';
 import { startLarkEmulator } from '../../emulator/server';
+import { startBridge } from '../../scripts/lib/bridge';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 
@@ -27,87 +27,59 @@ interface ConnStats {
   startup: boolean;
 }
 
-function countingBridge() {
+/** The shared bridge (scripts/lib/bridge.ts) with a wire-protocol tap on each connection. */
+async function countingBridge() {
   const conns: ConnStats[] = [];
-  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
-  wss.on('connection', (socket, req) => {
-    const address = new URL(req.url ?? '/', 'http://b').searchParams.get('address') ?? '';
-    const sep = address.lastIndexOf(':');
-    const tcp = connect(Number(address.slice(sep + 1)), '127.0.0.1');
-    tcp.setNoDelay(true);
-    const stats: ConnStats = { webhook: false, trips: 0, startup: true };
-    conns.push(stats);
-    let clientBuf = Buffer.alloc(0);
-    let clientTyped = false;
-    let serverBuf = Buffer.alloc(0);
-    let sslPending = false;
-    const onClient = (data: Buffer) => {
-      clientBuf = Buffer.concat([clientBuf, data]);
-      for (;;) {
-        if (!clientTyped) {
-          if (clientBuf.length < 8) return;
-          const len = clientBuf.readInt32BE(0);
-          if (clientBuf.length < len) return;
-          if (clientBuf.readInt32BE(4) === 80877103) sslPending = true;
-          else clientTyped = true;
-          clientBuf = clientBuf.subarray(len);
-          continue;
+  const bridge = await startBridge(0, '127.0.0.1', {
+    onConnection: () => {
+      const stats: ConnStats = { webhook: false, trips: 0, startup: true };
+      conns.push(stats);
+      let clientBuf = Buffer.alloc(0);
+      let clientTyped = false;
+      let serverBuf = Buffer.alloc(0);
+      let sslPending = false;
+      const client = (data: Buffer) => {
+        clientBuf = Buffer.concat([clientBuf, data]);
+        for (;;) {
+          if (!clientTyped) {
+            if (clientBuf.length < 8) return;
+            const len = clientBuf.readInt32BE(0);
+            if (clientBuf.length < len) return;
+            if (clientBuf.readInt32BE(4) === 80877103) sslPending = true;
+            else clientTyped = true;
+            clientBuf = clientBuf.subarray(len);
+            continue;
+          }
+          if (clientBuf.length < 5) return;
+          const len = clientBuf.readInt32BE(1);
+          if (clientBuf.length < len + 1) return;
+          const type = String.fromCharCode(clientBuf[0]!);
+          if ((type === 'P' || type === 'Q') && clientBuf.subarray(5, len + 1).includes(RECEIPT_MARKER))
+            stats.webhook = true;
+          clientBuf = clientBuf.subarray(len + 1);
         }
-        if (clientBuf.length < 5) return;
-        const len = clientBuf.readInt32BE(1);
-        if (clientBuf.length < len + 1) return;
-        const type = String.fromCharCode(clientBuf[0]!);
-        if ((type === 'P' || type === 'Q') && clientBuf.subarray(5, len + 1).includes(RECEIPT_MARKER))
-          stats.webhook = true;
-        clientBuf = clientBuf.subarray(len + 1);
-      }
-    };
-    const onServer = (data: Buffer) => {
-      serverBuf = Buffer.concat([serverBuf, data]);
-      if (sslPending && serverBuf.length > 0) {
-        sslPending = false;
-        serverBuf = serverBuf.subarray(1);
-      }
-      for (;;) {
-        if (serverBuf.length < 5) return;
-        const len = serverBuf.readInt32BE(1);
-        if (serverBuf.length < len + 1) return;
-        if (serverBuf[0] === 0x5a) {
-          if (stats.startup) stats.startup = false;
-          else stats.trips++;
+      };
+      const server = (data: Buffer) => {
+        serverBuf = Buffer.concat([serverBuf, data]);
+        if (sslPending && serverBuf.length > 0) {
+          sslPending = false;
+          serverBuf = serverBuf.subarray(1);
         }
-        serverBuf = serverBuf.subarray(len + 1);
-      }
-    };
-    const pending: Buffer[] = [];
-    let open = false;
-    tcp.on('connect', () => {
-      open = true;
-      for (const c of pending.splice(0)) tcp.write(c);
-    });
-    socket.on('message', (data: Buffer) => {
-      onClient(data);
-      if (open) tcp.write(data);
-      else pending.push(data);
-    });
-    tcp.on('data', (chunk) => {
-      onServer(chunk);
-      if (socket.readyState === socket.OPEN) socket.send(chunk);
-    });
-    const closeBoth = () => {
-      tcp.destroy();
-      if (socket.readyState === socket.OPEN) socket.close();
-    };
-    tcp.on('error', closeBoth);
-    tcp.on('close', closeBoth);
-    socket.on('close', closeBoth);
-    socket.on('error', closeBoth);
+        for (;;) {
+          if (serverBuf.length < 5) return;
+          const len = serverBuf.readInt32BE(1);
+          if (serverBuf.length < len + 1) return;
+          if (serverBuf[0] === 0x5a) {
+            if (stats.startup) stats.startup = false;
+            else stats.trips++;
+          }
+          serverBuf = serverBuf.subarray(len + 1);
+        }
+      };
+      return { client, server };
+    },
   });
-  return {
-    conns,
-    port: () => (wss.address() as { port: number }).port,
-    close: () => new Promise<void>((r) => wss.close(() => r())),
-  };
+  return { conns, port: bridge.port, close: bridge.close };
 }
 
 async function freePort(): Promise<number> {
@@ -158,14 +130,14 @@ async function startWorker(vars: Record<string, string>, port: number): Promise<
 }
 
 export async function run(stack: BenchStack): Promise<BenchRow[]> {
-  const bridge = countingBridge();
+  const bridge = await countingBridge();
   const lark = await startLarkEmulator({ rateLimits: false });
   const port = await freePort();
   const adminToken = `bench-admin-${randomBytes(12).toString('hex')}`;
   const worker = await startWorker(
     {
       DATABASE_URL: stack.databaseUrl,
-      NEON_WS_PROXY: `127.0.0.1:${bridge.port()}/v2`,
+      NEON_WS_PROXY: `127.0.0.1:${bridge.port}/v2`,
       ADMIN_TOKEN: adminToken,
       SECRET_KEYS: JSON.stringify({ '1': randomBytes(32).toString('base64') }),
       LARK_API_BASE: lark.url,

@@ -13,7 +13,20 @@ export interface Bridge {
   close(): Promise<void>;
 }
 
-export async function startBridge(port = 0, host = '127.0.0.1'): Promise<Bridge> {
+/** Sees every chunk of one connection as it passes (the bench counts protocol messages). */
+export interface FrameTap {
+  /** A chunk from the driver, before it goes to Postgres. */
+  client?(data: Buffer): void;
+  /** A chunk from Postgres, before it goes to the driver. */
+  server?(data: Buffer): void;
+}
+
+export interface BridgeOptions {
+  /** Called once per accepted connection; the tap it returns sees that connection's chunks. */
+  onConnection?: () => FrameTap;
+}
+
+export async function startBridge(port = 0, host = '127.0.0.1', opts: BridgeOptions = {}): Promise<Bridge> {
   const wss = new WebSocketServer({ port, host });
   await new Promise<void>((resolve, reject) => {
     wss.once('listening', resolve);
@@ -28,6 +41,7 @@ export async function startBridge(port = 0, host = '127.0.0.1'): Promise<Bridge>
       socket.close(1008, 'loopback targets only');
       return;
     }
+    const tap = opts.onConnection?.() ?? {};
     const tcp = connect(targetPort, targetHost.replace(/^\[|\]$/g, ''));
     tcp.setNoDelay(true);
     const pending: Buffer[] = [];
@@ -36,8 +50,15 @@ export async function startBridge(port = 0, host = '127.0.0.1'): Promise<Bridge>
       open = true;
       for (const chunk of pending.splice(0)) tcp.write(chunk);
     });
-    socket.on('message', (data: Buffer) => (open ? tcp.write(data) : pending.push(data)));
-    tcp.on('data', (chunk) => socket.readyState === socket.OPEN && socket.send(chunk));
+    socket.on('message', (data: Buffer) => {
+      tap.client?.(data);
+      if (open) tcp.write(data);
+      else pending.push(data);
+    });
+    tcp.on('data', (chunk) => {
+      tap.server?.(chunk);
+      if (socket.readyState === socket.OPEN) socket.send(chunk);
+    });
     const closeBoth = () => {
       tcp.destroy();
       if (socket.readyState === socket.OPEN) socket.close();
