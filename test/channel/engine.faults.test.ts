@@ -1,6 +1,6 @@
 import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { httpAgent, setAgentOverride } from '../../workers/agents';
 import { registerProcess } from '../../workers/effects/processes';
 import { effectRegistry } from '../../workers/effects/registry';
@@ -9,10 +9,11 @@ import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
 import { effectConfig } from '../../workers/effects/types';
 import worker from '../../workers/index';
 import { ageHeartbeat } from '../effects/helpers';
-import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
-import { emu, installApp, type TestApp } from '../lark/helpers';
+import { advanceDbClock } from '../helpers/db';
+import { emu } from '../lark/helpers';
 import {
   type Chat,
+  engineSuite,
   fireDebounce,
   newChat,
   PAST_DEBOUNCE_MS,
@@ -25,17 +26,8 @@ import {
   untilSettled,
 } from './helpers';
 
-const pool = testPool(4);
-let app: TestApp;
-beforeAll(async () => {
-  app = await installApp();
-}, 60_000);
-afterEach(async () => {
-  setAgentOverride(null);
-  await emu('faults', undefined, 'DELETE');
-  await setDbClockOffset(pool, 0);
-});
-afterAll(() => pool.end());
+const suite = engineSuite();
+const { pool } = suite;
 
 /** An agent that never answers: only its timeout (or the effect's budget) ends the call. */
 const silentAgent = httpAgent({
@@ -89,7 +81,7 @@ async function minuteCron() {
 describe('conversation turns under faults', { timeout: 40_000 }, () => {
   it('the agent timing out fails each generation; after the last the turn settles failed, with no reply', async () => {
     setAgentOverride(silentAgent);
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const anchor = await say(chat, 'will the agent answer?');
     await pump(chat);
     await fireDebounce(pool, chat);
@@ -117,7 +109,7 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
   });
 
   it('the worker dying after delivery but before completion: recovery, a replacement generation, no second post (uuid)', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const anchor = await say(chat, 'reply once please');
     await pump(chat);
     const running = await flushOnly(chat);
@@ -147,7 +139,7 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
   });
 
   it("a Lark user's message gets a reply exactly once even when a worker dies mid-turn before posting", async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const anchor = await say(chat, 'are you there?');
     await pump(chat);
     await flushOnly(chat);
@@ -159,7 +151,7 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
   });
 
   it('a reply applied by Lark whose response was lost is retried under the same uuid and posted once', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const anchor = await say(chat, 'lossy network');
     await pump(chat);
     await emu('faults', { route: 'reply', kind: 'lost_response', times: 1 });
@@ -169,7 +161,7 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
   });
 
   it('a recalled anchor settles the turn as anchor_gone without retrying', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const anchor = await say(chat, 'never mind');
     await pump(chat);
     await emu(`messages/${anchor}/recall`, {});

@@ -1,10 +1,11 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance } from '../../workers/effects/runner';
 import { effectConfig } from '../../workers/effects/types';
-import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
-import { emu, installApp, type TestApp } from '../lark/helpers';
+import { advanceDbClock } from '../helpers/db';
+import { emu } from '../lark/helpers';
 import {
+  engineSuite,
   fireDebounce,
   newChat,
   PAST_DEBOUNCE_MS,
@@ -17,17 +18,12 @@ import {
   untilSettled,
 } from './helpers';
 
-const pool = testPool(4);
-let app: TestApp;
-beforeAll(async () => {
-  app = await installApp();
-}, 60_000);
-afterEach(() => setDbClockOffset(pool, 0));
-afterAll(() => pool.end());
+const suite = engineSuite();
+const { pool } = suite;
 
 describe('conversation turns', { timeout: 30_000 }, () => {
   it('three messages inside the debounce window become one turn with one reply', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const ids = [await say(chat, 'one'), await say(chat, 'two'), await say(chat, 'three')];
     await pump(chat);
     const waiting = await stateOf(pool, chat);
@@ -53,7 +49,7 @@ describe('conversation turns', { timeout: 30_000 }, () => {
   });
 
   it('a message during a running turn goes to the next turn', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const first = await say(chat, 'first');
     await pump(chat);
     await advanceDbClock(pool, PAST_DEBOUNCE_MS);
@@ -80,7 +76,7 @@ describe('conversation turns', { timeout: 30_000 }, () => {
   });
 
   it('concurrent events of one conversation get distinct positions and coalesce into one turn', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const ids = await Promise.all(['p', 'q', 'r', 's', 't'].map((t) => say(chat, t)));
     await pump(chat);
     const { rows } = await pool.query<{ message_id: string; position: string }>(
@@ -98,7 +94,7 @@ describe('conversation turns', { timeout: 30_000 }, () => {
   });
 
   it('token expiry mid-run: the reply refreshes the tenant token once and posts once', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const warm = await say(chat, 'warm the token cache');
     await pump(chat);
     await fireDebounce(pool, chat);
@@ -108,7 +104,7 @@ describe('conversation turns', { timeout: 30_000 }, () => {
     const next = await say(chat, 'after expiry');
     await pump(chat);
     // The token expires while the turn waits: the reply is the first call to meet it.
-    await emu(`apps/${app.appId}/expire-tokens`, {});
+    await emu(`apps/${suite.app.appId}/expire-tokens`, {});
     await emu('calls', undefined, 'DELETE');
     await fireDebounce(pool, chat);
     expect(await untilSettled(pool, chat, 2)).toMatchObject({ outcome: 'delivered', generation: 1 });

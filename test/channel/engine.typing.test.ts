@@ -1,23 +1,25 @@
 import { runDurableObjectAlarm } from 'cloudflare:test';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance } from '../../workers/effects/runner';
 import { effectConfig } from '../../workers/effects/types';
 import { runExpiration } from '../../workers/typing-ledger/passes/expire';
-import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
-import { emu, installApp, type TestApp } from '../lark/helpers';
-import { type Chat, fireDebounce, host, newChat, PAST_DEBOUNCE_MS, pump, say, untilSettled } from './helpers';
+import { advanceDbClock } from '../helpers/db';
+import { emu } from '../lark/helpers';
+import {
+  type Chat,
+  engineSuite,
+  fireDebounce,
+  host,
+  newChat,
+  PAST_DEBOUNCE_MS,
+  pump,
+  say,
+  untilSettled,
+} from './helpers';
 
-const pool = testPool(4);
-let app: TestApp;
-beforeAll(async () => {
-  app = await installApp();
-}, 60_000);
-afterEach(async () => {
-  await setDbClockOffset(pool, 0);
-  await emu('faults', undefined, 'DELETE');
-});
-afterAll(() => pool.end());
+const suite = engineSuite();
+const { pool } = suite;
 
 const typingOn = async (messageId: string) =>
   (
@@ -55,7 +57,7 @@ const ledgerRow = async (messageId: string) =>
 
 describe('engine and typing ledger together', { timeout: 40_000 }, () => {
   it('the inputs of a running turn keep their badge past the two-minute taskless expiry until the turn settles', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const id = await say(chat, 'a long-running question');
     await pump(chat);
     await untilBadges([id], 1);
@@ -84,7 +86,7 @@ describe('engine and typing ledger together', { timeout: 40_000 }, () => {
   });
 
   it('an input whose turn is already terminal when the Add returns loses its badge at once', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     // The Add is slow: the engine's record of the turn ends while it is in flight.
     await emu('faults', { route: 'reactions.create', kind: 'latency', latencyMs: 1200 });
     const id = await say(chat, 'ended before the Add returned');
@@ -111,7 +113,7 @@ describe('engine and typing ledger together', { timeout: 40_000 }, () => {
   });
 
   it('every coalesced input of a delivered turn is settled in the terminal transaction and loses its badge', async () => {
-    const chat = newChat(app);
+    const chat = newChat(suite.app);
     const ids = [await say(chat, 'a'), await say(chat, 'b'), await say(chat, 'c')];
     await pump(chat);
     // The Adds run in the webhook's waitUntil: wait for them to land (bounded poll).

@@ -1,18 +1,50 @@
 import { runDurableObjectAlarm } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
-import { expect } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
 import { actorHostStub } from '../../durable-objects/actor-host';
+import { setAgentOverride } from '../../workers/agents';
 import type { ConversationState } from '../../workers/channel/conversation';
 import '../../workers/channel/engine';
 import { sessionIdOf } from '../../workers/channel/session';
 import { type TurnRow, turnsOf } from '../../workers/channel/turns';
 import { loadInstance } from '../../workers/effects/mailbox';
-import { advanceDbClock, uid } from '../helpers/db';
-import { buildEvent, emu, submit, type TestApp } from '../lark/helpers';
+import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
+import { buildEvent, emu, installApp, submit, type TestApp } from '../lark/helpers';
 
 /** The test debounce (vitest.config.ts CHANNEL_DEBOUNCE_MS) plus a margin. */
 export const PAST_DEBOUNCE_MS = 21_000;
+
+export interface EngineSuite {
+  pool: Pool;
+  /** Installed in beforeAll: read it inside tests, not at file level. */
+  readonly app: TestApp;
+}
+
+/**
+ * The setup the engine test files share: their own pool, one installed Lark app, and after
+ * each test the DB clock back at zero, no agent override and no emulator faults left.
+ */
+export function engineSuite(): EngineSuite {
+  const pool = testPool(4);
+  let app: TestApp | undefined;
+  beforeAll(async () => {
+    app = await installApp();
+  }, 60_000);
+  afterEach(async () => {
+    setAgentOverride(null);
+    await emu('faults', undefined, 'DELETE');
+    await setDbClockOffset(pool, 0);
+  });
+  afterAll(() => pool.end());
+  return {
+    pool,
+    get app() {
+      if (!app) throw new Error('engineSuite: app is installed in beforeAll');
+      return app;
+    },
+  };
+}
 
 export interface Chat {
   app: TestApp;
