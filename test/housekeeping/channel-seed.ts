@@ -1,5 +1,6 @@
 import type { Pool } from '@neondatabase/serverless';
-import { uid } from '../helpers/db';
+import { afterAll } from 'vitest';
+import { testPool, uid } from '../helpers/db';
 
 /** Direct seeding of channel-engine rows, with ages relative to app_now(). */
 export class ChannelSeed {
@@ -135,4 +136,25 @@ export async function existing(pool: Pool, table: string, column: string, ids: s
     [ids],
   );
   return rows.map((r) => r.id).sort();
+}
+
+/**
+ * A test file's pool and a factory for seeds on it; in afterAll every seed is cleaned up,
+ * then the pool ends (one hook, so the order cannot be reversed).
+ */
+export function channelSeeds(): { pool: Pool; newSeed: () => ChannelSeed } {
+  const pool = testPool();
+  const seeds: ChannelSeed[] = [];
+  afterAll(async () => {
+    for (const seed of seeds) await seed.cleanup();
+    await pool.end();
+  });
+  return {
+    pool,
+    newSeed: () => {
+      const seed = new ChannelSeed(pool);
+      seeds.push(seed);
+      return seed;
+    },
+  };
 }

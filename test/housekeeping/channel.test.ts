@@ -1,19 +1,8 @@
-import { afterAll, describe, expect, it } from 'vitest';
-import { testPool } from '../helpers/db';
-import { ChannelSeed, existing } from './channel-seed';
+import { describe, expect, it } from 'vitest';
+import { channelSeeds, existing } from './channel-seed';
 import { drain, runSteps } from './helpers';
 
-const pool = testPool();
-const seeds: ChannelSeed[] = [];
-const newSeed = (): ChannelSeed => {
-  const seed = new ChannelSeed(pool);
-  seeds.push(seed);
-  return seed;
-};
-afterAll(async () => {
-  for (const seed of seeds) await seed.cleanup();
-  await pool.end();
-});
+const { pool, newSeed } = channelSeeds();
 
 const turnKeys = async (sessions: string[]) => {
   const { rows } = await pool.query(

@@ -1,23 +1,10 @@
-import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
-import { env } from 'cloudflare:workers';
-import { afterAll, describe, expect, it, vi } from 'vitest';
-import worker from '../../workers/index';
-import { testPool } from '../helpers/db';
+import { describe, expect, it, vi } from 'vitest';
+import { runCron } from '../helpers/cron';
 import { seedWorld } from '../reaction-tickets/helpers';
-import { ChannelSeed, existing } from './channel-seed';
+import { channelSeeds, existing } from './channel-seed';
 import { runSteps } from './helpers';
 
-const pool = testPool();
-const seeds: ChannelSeed[] = [];
-const newSeed = (): ChannelSeed => {
-  const seed = new ChannelSeed(pool);
-  seeds.push(seed);
-  return seed;
-};
-afterAll(async () => {
-  for (const seed of seeds) await seed.cleanup();
-  await pool.end();
-});
+const { pool, newSeed } = channelSeeds();
 
 describe('minute cron reaches housekeeping', () => {
   it('"* * * * *" deletes an eligible ticket, turn, input and conversation with the default periods', async () => {
@@ -36,13 +23,7 @@ describe('minute cron reaches housekeeping', () => {
     await seed.turn(s, 1, 1, 1, 30);
     const keep = await seed.conversation({ idleDays: 1 });
 
-    const ctx = createExecutionContext();
-    await worker.scheduled(
-      createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }),
-      env,
-      ctx,
-    );
-    await waitOnExecutionContext(ctx);
+    await runCron('* * * * *');
 
     // One run: turns, then inputs, then the conversation they no longer hold.
     const tickets = await pool.query('select 1 from private.reaction_tickets where operation_id = $1', [
