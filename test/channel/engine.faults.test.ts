@@ -1,5 +1,3 @@
-import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
-import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { httpAgent, setAgentOverride } from '../../workers/agents';
 import { registerProcess } from '../../workers/effects/processes';
@@ -7,8 +5,8 @@ import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance } from '../../workers/effects/runner';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
 import { effectConfig } from '../../workers/effects/types';
-import worker from '../../workers/index';
 import { ageHeartbeat } from '../effects/helpers';
+import { runCron } from '../helpers/cron';
 import { advanceDbClock } from '../helpers/db';
 import { emu } from '../lark/helpers';
 import {
@@ -68,15 +66,7 @@ async function doomedWorkerRuns(chat: Chat, opts: { deliver: boolean }) {
   return { claimed: claimed!, dead };
 }
 
-async function minuteCron() {
-  const ctx = createExecutionContext();
-  await worker.scheduled(
-    createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }),
-    env,
-    ctx,
-  );
-  await waitOnExecutionContext(ctx);
-}
+const minuteCron = () => runCron('* * * * *');
 
 describe('conversation turns under faults', { timeout: 40_000 }, () => {
   it('the agent timing out fails each generation; after the last the turn settles failed, with no reply', async () => {
