@@ -48,7 +48,9 @@ function insertMessageSql(x: InsertMessageSql): string {
  * `ensureInstance` + `enqueueMessage` as two data-modifying CTEs named `instance` and
  * `mailbox` (no trailing comma), for a caller's own `with` chain. The mailbox row's foreign
  * key to actor_instances is checked at the end of the statement, so the sibling insert
- * satisfies it. Both return nothing; read the gating relation to know what was written.
+ * satisfies it. `instanceId` must equal `instanceIdOf(actorType, actorKey)`, as
+ * `ensureInstance` computes it. Both return nothing; read the gating relation to know what
+ * was written.
  */
 export function enqueueCtes(
   x: Omit<InsertInstanceSql, 'id' | 'from'> & InsertMessageSql & { from: string },
