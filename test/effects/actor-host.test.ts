@@ -1,9 +1,4 @@
-import {
-  createExecutionContext,
-  createScheduledController,
-  runDurableObjectAlarm,
-  waitOnExecutionContext,
-} from 'cloudflare:test';
+import { runDurableObjectAlarm } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { actorHostStub } from '../../durable-objects/actor-host';
@@ -12,7 +7,7 @@ import { enqueueMessage, ensureInstance, loadInstance } from '../../workers/effe
 import { registerProcess } from '../../workers/effects/processes';
 import { effectRegistry } from '../../workers/effects/registry';
 import { claimEffects } from '../../workers/effects/scheduler';
-import worker from '../../workers/index';
+import { runCron } from '../helpers/cron';
 import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
 import { ageHeartbeat, emit } from './helpers';
 
@@ -101,13 +96,7 @@ describe('ActorHost', () => {
       h!.effectId,
     ]);
     await ageHeartbeat(pool, dead, 31_000);
-    const ctx = createExecutionContext();
-    await worker.scheduled(
-      createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }),
-      env,
-      ctx,
-    );
-    await waitOnExecutionContext(ctx);
+    await runCron();
     expect((await stateOf(inst)).recovered).toBe(1);
     const { rows } = await pool.query<{ state: string }>(
       'select state from actor_mailbox where instance_id = $1 and message_key = $2',
@@ -119,13 +108,7 @@ describe('ActorHost', () => {
   it('mailbox polling on the minute cron delivers a message whose wake-up was lost', async () => {
     const inst = await ensureInstance(pool, 'debounce-test', uid('c'));
     await enqueueMessage(pool, inst, 'in:lost', 'nobody woke the host');
-    const ctx = createExecutionContext();
-    await worker.scheduled(
-      createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }),
-      env,
-      ctx,
-    );
-    await waitOnExecutionContext(ctx);
+    await runCron();
     expect((await stateOf(inst)).inputs).toEqual(['in:lost']);
   });
 
