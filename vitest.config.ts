@@ -1,5 +1,6 @@
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
+import { createFileDatabase } from './test/setup/stack';
 
 export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
 export const TEST_SECRET_KEYS = JSON.stringify({
@@ -19,12 +20,18 @@ export default defineConfig({
     projects: [
       {
         plugins: [
-          cloudflareTest(({ inject }) => ({
+          // Called once per test file (each file runs in its own workerd instance): every file
+          // gets its own database, copied from the migrated template.
+          cloudflareTest(async ({ inject }) => ({
             main: './workers/index.ts',
             wrangler: { configPath: './wrangler.toml' },
             miniflare: {
               bindings: {
-                DATABASE_URL: inject('databaseUrl'),
+                DATABASE_URL: await createFileDatabase(
+                  inject('adminUrl'),
+                  inject('templateDatabase'),
+                  inject('databasePrefix'),
+                ),
                 NEON_WS_PROXY: inject('wsProxy'),
                 LARK_API_BASE: inject('larkBase'),
                 ADMIN_TOKEN: TEST_ADMIN_TOKEN,
@@ -33,6 +40,9 @@ export default defineConfig({
                 ACTOR_JWT_SECRET: TEST_ACTOR_JWT_SECRET,
                 // Channel engine: long enough that tests drive the debounce (DB clock + DO alarm).
                 CHANNEL_DEBOUNCE_MS: '20000',
+                // Durable Object alarms never fire on their own: a test runs the passes it asks
+                // for (runDurableObjectAlarm), and nothing runs behind its back.
+                DO_ALARMS: 'manual',
               },
             },
           })),
@@ -44,7 +54,8 @@ export default defineConfig({
           hookTimeout: 60_000,
           include: ['test/**/*.test.ts'],
           exclude: ['test/node/**'],
-          // Files share one database and its test clock: run them one at a time.
+          setupFiles: ['./test/setup/file-database.ts', './test/setup/tx-retries.ts'],
+          // Each file has its own database, but they share the Lark emulator's state.
           fileParallelism: false,
         },
       },

@@ -10,6 +10,7 @@ import { drainInstance, runClaimedEffects } from '../workers/effects/runner';
 import type { EffectRuntimeConfig } from '../workers/effects/types';
 import { type Config, type Env, loadConfig } from '../workers/env';
 import { log } from '../workers/log';
+import { Alarm } from './alarm';
 
 export interface PumpReport {
   handled: number;
@@ -45,6 +46,7 @@ export function actorHostStub(env: Env, instanceId: string) {
 export class ActorHost extends DurableObject<Env> {
   private pumping: Promise<PumpReport> | null = null;
   private again = false;
+  private readonly alarmClock = new Alarm(this.ctx.storage, this.env);
 
   /** RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump. */
   async wake(instanceId: string): Promise<PumpReport> {
@@ -75,7 +77,7 @@ export class ActorHost extends DurableObject<Env> {
         } while (this.again);
         return total;
       } catch (err) {
-        await this.armAlarm(Date.now() + PUMP_RETRY_MS).catch(() => undefined);
+        await this.alarmClock.setNoLaterThan(Date.now() + PUMP_RETRY_MS).catch(() => undefined);
         throw err;
       } finally {
         this.pumping = null;
@@ -93,7 +95,7 @@ export class ActorHost extends DurableObject<Env> {
       await this.withPool((pool) => this.beat(pool)).catch((err) =>
         log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
       );
-      await this.ctx.storage.setAlarm(Date.now() + heartbeatEveryMs(this.config()));
+      await this.alarmClock.set(Date.now() + heartbeatEveryMs(this.config()));
       this.again = true;
       return;
     }
@@ -101,7 +103,7 @@ export class ActorHost extends DurableObject<Env> {
       await this.wake(instanceId);
     } catch (err) {
       log.error('actor_host_pump_failed', { instanceId, error: err });
-      await this.ctx.storage.setAlarm(Date.now() + PUMP_RETRY_MS);
+      await this.alarmClock.set(Date.now() + PUMP_RETRY_MS);
     }
   }
 
@@ -135,7 +137,7 @@ export class ActorHost extends DurableObject<Env> {
         // No code here can run this instance: a retry alarm would fail every few seconds
         // forever. Log, go quiet; the minute poll skips such instances too (one log a pass).
         log.error('actor_host_unregistered_type', { instanceId, actorType: inst.actor_type });
-        await this.ctx.storage.deleteAlarm();
+        await this.alarmClock.delete();
         return { handled: 0, checks: 0, claimed: 0, completed: 0, failed: 0, alarmAt: null };
       }
       const handled = await drainInstance(pool, effectRegistry, instanceId, config);
@@ -144,7 +146,7 @@ export class ActorHost extends DurableObject<Env> {
       const report = { handled, checks, claimed: 0, completed: 0, failed: 0, alarmAt: null as number | null };
       for (;;) {
         // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
-        await this.armAlarm(Date.now() + heartbeatEveryMs(config));
+        await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config));
         const r = await runClaimedEffects(pool, effectRegistry, processId, {
           limit: EFFECT_BATCH,
           instanceId,
@@ -177,17 +179,12 @@ export class ActorHost extends DurableObject<Env> {
       .filter((v): v is string => typeof v === 'string')
       .map(Number);
     if (candidates.length === 0) {
-      await this.ctx.storage.deleteAlarm();
+      await this.alarmClock.delete();
       return null;
     }
     // Database time decides due-ness; translate to this isolate's clock for the alarm.
     const at = Date.now() + Math.max(0, Math.min(...candidates) - dbNow);
-    await this.ctx.storage.setAlarm(at);
+    await this.alarmClock.set(at);
     return at;
-  }
-
-  private async armAlarm(at: number): Promise<void> {
-    const current = await this.ctx.storage.getAlarm();
-    if (current === null || current > at) await this.ctx.storage.setAlarm(at);
   }
 }

@@ -1,5 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import type { Env } from '../workers/env';
+import { Alarm } from './alarm';
 import { log } from '../workers/log';
 import { type MaintenanceReport, runTypingMaintenance } from '../workers/typing-ledger/maintenance';
 
@@ -35,12 +36,13 @@ export interface MaintenanceStatus extends MaintenanceControl {
 export class TypingMaintenance extends DurableObject<Env> {
   private running: Promise<unknown> | null = null;
   private live: MaintenanceControl = { enabled: true, stopGeneration: 0, changedAt: null };
+  private readonly alarmClock = new Alarm(this.ctx.storage, this.env);
 
   async ensureArmed(): Promise<{ alarmAt: number; rearmed: boolean }> {
-    const current = await this.ctx.storage.getAlarm();
+    const current = await this.alarmClock.get();
     if (current !== null) return { alarmAt: current, rearmed: false };
     const at = await this.nextRunAt();
-    await this.ctx.storage.setAlarm(at);
+    await this.alarmClock.set(at);
     return { alarmAt: at, rearmed: true };
   }
 
@@ -63,7 +65,7 @@ export class TypingMaintenance extends DurableObject<Env> {
     return {
       ...(await this.control()),
       lastRunAt: (await this.ctx.storage.get<number>('lastRunAt')) ?? null,
-      alarmAt: await this.ctx.storage.getAlarm(),
+      alarmAt: await this.alarmClock.get(),
       running: this.running !== null,
       lastReport: (await this.ctx.storage.get<MaintenanceStatus['lastReport']>('lastReport')) ?? null,
     };
@@ -106,12 +108,12 @@ export class TypingMaintenance extends DurableObject<Env> {
     const now = Date.now();
     const last = await this.ctx.storage.get<number>('lastRunAt');
     if (last !== undefined && now - last < SAME_WINDOW_MS) {
-      await this.ctx.storage.setAlarm(last + MAINTENANCE_PERIOD_MS);
+      await this.alarmClock.set(last + MAINTENANCE_PERIOD_MS);
       return;
     }
     await this.ctx.storage.put('lastRunAt', now);
     // Re-arm first: a pass that throws or outlives its isolate must not stop the cadence.
-    await this.ctx.storage.setAlarm(now + MAINTENANCE_PERIOD_MS);
+    await this.alarmClock.set(now + MAINTENANCE_PERIOD_MS);
     const control = await this.control();
     if (!control.enabled || this.running) return;
     // stop()/disable() run in this same object between the pass's awaits and update this

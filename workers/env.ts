@@ -42,6 +42,7 @@ export interface Env {
   HOUSEKEEPING_CONVERSATION_IDLE_DAYS?: string;
   HOUSEKEEPING_BATCH_ROWS?: string;
   HOUSEKEEPING_STEP_BUDGET_MS?: string;
+  DO_ALARMS?: string;
   TYPING_MAINTENANCE: DurableObjectNamespace<TypingMaintenance>;
   RETENTION_CLEANUP: DurableObjectNamespace<RetentionCleanup>;
   WORKSPACE_QUOTA: DurableObjectNamespace<WorkspaceQuota>;
@@ -104,6 +105,9 @@ export const ConfigSchema = z.object({
   HOUSEKEEPING_CONVERSATION_IDLE_DAYS: intFromString(8, 3650).default(30),
   HOUSEKEEPING_BATCH_ROWS: intFromString(1, 5000).default(1000),
   HOUSEKEEPING_STEP_BUDGET_MS: intFromString(100, 15_000).default(3000),
+  // Durable Object alarms (durable-objects/alarm.ts): `auto` fires them at their time; `manual`
+  // (the test harness) parks them so only a test that asks runs a pass.
+  DO_ALARMS: z.enum(['auto', 'manual']).default('auto'),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;

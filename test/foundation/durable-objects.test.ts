@@ -36,14 +36,24 @@ describe('TypingMaintenance alarm', () => {
   });
 
   it('runs one pass when two triggers land in the same window', async () => {
-    const stub = maintenance();
-    await stub.ensureArmed();
-    await runDurableObjectAlarm(stub);
-    const first = (await stub.status()).lastRunAt;
+    // An object of its own: no earlier test's window can swallow the first trigger.
+    const stub = env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('same-window'));
+    const startedAt = Date.now();
+    expect((await stub.status()).lastRunAt).toBeNull();
+    expect(await stub.ensureArmed()).toMatchObject({ rearmed: true });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const first = await stub.status();
+    // The first trigger ran a pass: it is recorded, with its report.
+    expect(first.lastRunAt).toBeGreaterThanOrEqual(startedAt);
+    expect(first.lastReport?.at).toBe(first.lastRunAt);
     // A second alarm in the same window (a cron re-arm racing the alarm) must not run again.
-    await runInDurableObject(stub, (_, state) => state.storage.setAlarm(Date.now()));
-    await runDurableObjectAlarm(stub);
-    expect((await stub.status()).lastRunAt).toBe(first);
+    // Set a minute out so the runtime cannot fire it by itself; the test fires it now.
+    await runInDurableObject(stub, (_, state) => state.storage.setAlarm(Date.now() + 60_000));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const second = await stub.status();
+    expect(second.lastRunAt).toBe(first.lastRunAt);
+    expect(second.lastReport).toEqual(first.lastReport);
+    expect(second.alarmAt).toBe(first.lastRunAt! + MAINTENANCE_PERIOD_MS);
   });
 });
 
@@ -77,5 +87,20 @@ describe('cron dispatch', () => {
     await waitOnExecutionContext(ctx);
     expect(spy.mock.calls.some(([line]) => String(line).includes('cron_unknown_expression'))).toBe(true);
     spy.mockRestore();
+  });
+});
+
+describe('alarms in tests (DO_ALARMS=manual)', () => {
+  it('an armed alarm is parked: no pass runs unless the test fires it', async () => {
+    const stub = env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('parked'));
+    const { alarmAt } = await stub.ensureArmed();
+    // The object reports the time production would fire at (now: it never ran)...
+    expect((await stub.status()).alarmAt).toBe(alarmAt);
+    // ...while the runtime's alarm sits a day later, beyond any test file's run.
+    const runtimeAlarm = await runInDurableObject(stub, (_, state) => state.storage.getAlarm());
+    expect(runtimeAlarm! - alarmAt).toBeGreaterThanOrEqual(23 * 3_600_000);
+    expect((await stub.status()).lastRunAt).toBeNull();
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect((await stub.status()).lastRunAt).not.toBeNull();
   });
 });

@@ -5,7 +5,10 @@ import { startTestStack } from './stack';
 declare module 'vitest' {
   export interface ProvidedContext {
     adminUrl: string;
-    databaseUrl: string;
+    /** Migrated template that each workerd test file's own database is copied from. */
+    templateDatabase: string;
+    /** Prefix of every database this run creates. */
+    databasePrefix: string;
     wsProxy: string;
     larkBase: string;
   }
@@ -14,7 +17,8 @@ declare module 'vitest' {
 export default async function setup(project: TestProject) {
   const stack = await startTestStack();
   project.provide('adminUrl', stack.adminUrl);
-  project.provide('databaseUrl', stack.databaseUrl);
+  project.provide('templateDatabase', stack.template);
+  project.provide('databasePrefix', stack.prefix);
   project.provide('wsProxy', stack.wsProxy);
   // The Lark emulator, for the Worker's LARK_API_BASE and for tests that drive it over HTTP.
   const lark = await startLarkEmulator();

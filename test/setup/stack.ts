@@ -2,6 +2,7 @@ import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import pg from 'pg';
 import { startBridge } from '../../scripts/lib/bridge';
 import { migrate } from '../../scripts/lib/migrator';
 import { adminQuery, usePostgres, withDatabase } from '../../scripts/lib/postgres';
@@ -10,8 +11,9 @@ export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.m
 
 /**
  * The outside services a test run needs: a Postgres server (DATABASE_URL's, else an embedded
- * one in a temporary directory), a fresh database with every migration applied and the
- * test clock enabled, and the WebSocket bridge for the Neon driver.
+ * one in a temporary directory), a template database with every migration applied, and the
+ * WebSocket bridge for the Neon driver. Each test file gets its own copy of the template
+ * (`createFileDatabase`), so no file sees another's rows, clock or locks.
  */
 export async function startTestStack() {
   const tempDir = await mkdtemp(join(tmpdir(), 'reaction-ledger-test-'));
@@ -22,23 +24,58 @@ export async function startTestStack() {
     dataDir: join(tempDir, 'pg'),
     persistent: false,
   });
-  const database = `rl_test_${process.pid}_${Date.now().toString(36)}`;
-  await adminQuery(server.adminUrl, `create database ${database}`);
-  const databaseUrl = withDatabase(server.adminUrl, database);
-  await migrate(databaseUrl, { dir: MIGRATIONS_DIR });
-  await adminQuery(databaseUrl, `alter database ${database} set app.test_clock = 'on'`);
+  // Every database of this run starts with this prefix, so teardown can find leftovers.
+  const prefix = `rl_test_${process.pid}_${Date.now().toString(36)}`;
+  const template = `${prefix}_tpl`;
+  await adminQuery(server.adminUrl, `create database ${template}`);
+  await migrate(withDatabase(server.adminUrl, template), { dir: MIGRATIONS_DIR });
   const bridge = await startBridge();
   return {
     adminUrl: server.adminUrl,
-    databaseUrl,
+    template,
+    prefix,
     wsProxy: `127.0.0.1:${bridge.port}/v2`,
     async stop() {
       await bridge.close();
-      await adminQuery(server.adminUrl, `drop database if exists ${database} with (force)`).catch(
-        () => undefined,
-      );
+      await dropRunDatabases(server.adminUrl, prefix).catch((err: unknown) => {
+        // Teardown goes on (the embedded server and its directory go anyway); say what stayed.
+        console.error(`test teardown: could not drop databases ${prefix}_*:`, err);
+      });
       await server.stop();
       await rm(tempDir, { recursive: true, force: true });
     },
   };
+}
+
+let fileCount = 0;
+
+/**
+ * A fresh database for one test file, copied from the migrated template, with the test clock
+ * on. The copy keeps the template's schema and rows but not its per-database settings, hence
+ * the `alter database`. The file drops it when it ends (test/setup/file-database.ts).
+ */
+export async function createFileDatabase(adminUrl: string, template: string, prefix: string): Promise<string> {
+  fileCount += 1;
+  const database = `${prefix}_f${fileCount}`;
+  await adminQuery(adminUrl, `create database ${database} template ${template}`);
+  await adminQuery(adminUrl, `alter database ${database} set app.test_clock = 'on'`);
+  return withDatabase(adminUrl, database);
+}
+
+/** Drops the template and any file database a crashed file left behind. */
+async function dropRunDatabases(adminUrl: string, prefix: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ datname: string }>(
+      `select datname from pg_database where datname like $1 || '\\_%'`,
+      [prefix],
+    );
+    for (const { datname } of rows) await client.query(`drop database if exists ${datname} with (force)`);
+    // Files drop their own database when they end; anything else here is a file that crashed.
+    const left = rows.filter((r) => !r.datname.endsWith('_tpl'));
+    if (left.length > 0) console.warn(`test teardown: dropped ${left.length} file database(s) left behind`);
+  } finally {
+    await client.end();
+  }
 }

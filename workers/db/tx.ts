@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { type Clock, Deadline, systemClock } from '../clock';
+import { log } from '../log';
 
 /**
  * Serialization failures, deadlocks and a server restart mid-transaction are safe to
@@ -16,6 +17,24 @@ export interface TxOptions {
   isolation?: 'read committed' | 'repeatable read' | 'serializable';
   maxAttempts?: number;
   clock?: Clock;
+}
+
+/** One retried attempt: the SQLSTATE that ended it and which attempt it was. */
+export interface TxRetry {
+  sqlstate: string;
+  attempt: number;
+}
+
+const retryListeners = new Set<(retry: TxRetry) => void>();
+
+/**
+ * Sees every retry `withTx` makes. The test harness subscribes so that a deadlock (40P01)
+ * a test did not expect fails that test instead of being quietly retried; returns the
+ * unsubscribe function.
+ */
+export function onTxRetry(listener: (retry: TxRetry) => void): () => void {
+  retryListeners.add(listener);
+  return () => retryListeners.delete(listener);
 }
 
 export function sqlState(err: unknown): string | undefined {
@@ -58,6 +77,10 @@ export async function withTx<T>(
       const state = sqlState(err);
       if (!state || !RETRYABLE_SQLSTATES.has(state) || attempt >= maxAttempts || deadline.expired())
         throw err;
+      // A retry is correct behaviour, but a deadlock means two paths took locks in different
+      // orders: operators watch `db_tx_retry` with sqlstate 40P01.
+      log.warn('db_tx_retry', { sqlstate: state, attempt });
+      for (const listener of retryListeners) listener({ sqlstate: state, attempt });
     } finally {
       client.release(broken);
     }
