@@ -1,8 +1,8 @@
 import { DurableObject } from 'cloudflare:workers';
 import type { Env } from '../workers/env';
-import { Alarm } from './alarm';
 import { log } from '../workers/log';
 import { type MaintenanceReport, runTypingMaintenance } from '../workers/typing-ledger/maintenance';
+import { Alarm } from './alarm';
 
 export const MAINTENANCE_PERIOD_MS = 30_000;
 /** Two triggers closer than this share one pass (a cron re-arm racing an alarm). */

@@ -54,7 +54,11 @@ let fileCount = 0;
  * on. The copy keeps the template's schema and rows but not its per-database settings, hence
  * the `alter database`. The file drops it when it ends (test/setup/file-database.ts).
  */
-export async function createFileDatabase(adminUrl: string, template: string, prefix: string): Promise<string> {
+export async function createFileDatabase(
+  adminUrl: string,
+  template: string,
+  prefix: string,
+): Promise<string> {
   fileCount += 1;
   const database = `${prefix}_f${fileCount}`;
   await adminQuery(adminUrl, `create database ${database} template ${template}`);
