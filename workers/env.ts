@@ -1,54 +1,16 @@
 import { z } from 'zod';
-import type { ActorHost } from '../durable-objects/actor-host';
-import type { RetentionCleanup } from '../durable-objects/retention-cleanup';
-import type { TypingMaintenance } from '../durable-objects/typing-maintenance';
-import type { WorkspaceQuota } from '../durable-objects/workspace-quota';
 import { AppError } from './errors';
 import { log } from './log';
 
-/** Raw bindings as Cloudflare hands them to the Worker and its Durable Objects. */
-export interface Env {
-  DATABASE_URL?: string;
-  NEON_WS_PROXY?: string;
-  ADMIN_TOKEN?: string;
-  SECRET_KEYS?: string;
-  LARK_API_BASE?: string;
-  LOG_LEVEL?: string;
-  DB_STATEMENT_TIMEOUT_MS?: string;
-  EFFECT_STALE_AFTER_MS?: string;
-  EFFECT_CLAIM_SCAN_LIMIT?: string;
-  EFFECT_MAILBOX_MAX_ATTEMPTS?: string;
-  ACTOR_JWT_SECRET?: string;
-  ACTOR_JWKS_URL?: string;
-  ACTOR_JWT_ISSUER?: string;
-  ACTOR_JWT_AUDIENCE?: string;
-  REACTION_TICKET_TTL_SECONDS?: string;
-  REACTION_TICKET_MAX_OUTSTANDING?: string;
-  REACTION_TICKET_RATE_PER_MINUTE?: string;
-  REACTION_TX_BUDGET_MS?: string;
-  REACTION_LOCK_TIMEOUT_MS?: string;
-  CHANNEL_DEBOUNCE_MS?: string;
-  AGENT_URL?: string;
-  AGENT_TIMEOUT_MS?: string;
-  RETENTION_RECEIPT_DAYS?: string;
-  RETENTION_FENCE_DAYS?: string;
-  RETENTION_DRAIN_GRACE_MS?: string;
-  RETENTION_RUN_DEADLINE_MS?: string;
-  RETENTION_BATCH_TIMEOUT_MS?: string;
-  RETENTION_DAILY_DB_BATCHES?: string;
-  RETENTION_DAILY_WORKER_OPS?: string;
-  HOUSEKEEPING_TICKET_GRACE_DAYS?: string;
-  HOUSEKEEPING_CHANNEL_HISTORY_DAYS?: string;
-  HOUSEKEEPING_CONVERSATION_IDLE_DAYS?: string;
-  HOUSEKEEPING_BATCH_ROWS?: string;
-  HOUSEKEEPING_STEP_BUDGET_MS?: string;
-  DO_ALARMS?: string;
-  TYPING_MAINTENANCE: DurableObjectNamespace<TypingMaintenance>;
-  RETENTION_CLEANUP: DurableObjectNamespace<RetentionCleanup>;
-  WORKSPACE_QUOTA: DurableObjectNamespace<WorkspaceQuota>;
-  ACTOR_HOST: DurableObjectNamespace<ActorHost>;
-  [key: string]: unknown;
-}
+/**
+ * Bindings as Cloudflare hands them to the Worker and its Durable Objects: generated from
+ * wrangler.toml and .dev.vars.example into worker-configuration.d.ts by `npm run types`
+ * (`npm run types:check` fails when it drifts). The type only names the bindings; whether a
+ * value is present and well-formed is decided by ConfigSchema below, which also reads the
+ * optional settings that have no default and so appear in neither file (AGENT_URL, ACTOR_JWKS_URL,
+ * ACTOR_JWT_ISSUER, ACTOR_JWT_AUDIENCE).
+ */
+export type Env = Cloudflare.Env;
 
 const intFromString = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
