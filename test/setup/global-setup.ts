@@ -11,10 +11,17 @@ declare module 'vitest' {
     databasePrefix: string;
     wsProxy: string;
     larkBase: string;
+    /** Seed of every randomized test in this run (TEST_SEED to replay one). */
+    testSeed: number;
   }
 }
 
 export default async function setup(project: TestProject) {
+  const seed = process.env.TEST_SEED ? Number(process.env.TEST_SEED) : Math.floor(Math.random() * 2 ** 31);
+  if (!Number.isSafeInteger(seed))
+    throw new Error(`TEST_SEED must be an integer, got ${process.env.TEST_SEED}`);
+  console.log(`randomized tests: seed ${seed} (replay with TEST_SEED=${seed} npm test)`);
+  project.provide('testSeed', seed);
   const stack = await startTestStack();
   project.provide('adminUrl', stack.adminUrl);
   project.provide('templateDatabase', stack.template);
