@@ -75,7 +75,9 @@ export class ActorHost extends DurableObject<Env> {
         } while (this.again);
         return total;
       } catch (err) {
-        await this.armAlarm(Date.now() + PUMP_RETRY_MS).catch(() => undefined);
+        await this.armAlarm(Date.now() + PUMP_RETRY_MS).catch((armErr: unknown) =>
+          log.error('actor_host_retry_arm_failed', { instanceId, error: armErr }),
+        );
         throw err;
       } finally {
         this.pumping = null;
