@@ -13,7 +13,8 @@ const { pool } = suite;
 
 /** Bounded poll for a log line written after the webhook answered (waitUntil). */
 async function untilLogged(logs: ReturnType<typeof captureLogLines>, event: string): Promise<LogLine[]> {
-  for (let i = 0; i < 100 && logs.events(event).length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  for (let i = 0; i < 100 && logs.events(event).length === 0; i++)
+    await new Promise((r) => setTimeout(r, 50));
   return logs.events(event);
 }
 

@@ -98,7 +98,11 @@ describe('errors that are not Lark failures', () => {
     expect(out).toEqual({ [id]: 'error' });
     expect((await row(pool, id)).last_error).toBe('withdraw:error:TypeError');
     expect(logs.events('typing_withdraw_error')).toEqual([
-      expect.objectContaining({ rowId: id, stage: 'after_commit', error: expect.objectContaining({ name: 'TypeError' }) }),
+      expect.objectContaining({
+        rowId: id,
+        stage: 'after_commit',
+        error: expect.objectContaining({ name: 'TypeError' }),
+      }),
     ]);
     expect(logs.events('typing_withdraw_failed')).toEqual([]);
   });

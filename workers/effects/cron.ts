@@ -106,7 +106,9 @@ export async function pollInstancesWithWork(
   // tries that host again (its work is still due in the database).
   await Promise.all(
     ids.map((id) =>
-      wake(id).catch((err: unknown) => log.warn('effect_wake_failed', { instanceId: id, via: 'poll', error: err })),
+      wake(id).catch((err: unknown) =>
+        log.warn('effect_wake_failed', { instanceId: id, via: 'poll', error: err }),
+      ),
     ),
   );
   return { polled: ids.length, unregistered };

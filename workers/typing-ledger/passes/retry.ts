@@ -82,8 +82,18 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
       // Not a Lark answer (our database, a bug): never counted as a Lark failure. The claim
       // already moved the row's next attempt, so it is retried on its backoff.
       report.errors++;
-      notes.push({ id: row.id, attempts: row.attempts, error: `retry:error:${errorName(err)}`, notBeforeMs: 0 });
-      log.error('typing_withdraw_error', { rowId: row.id, stage: 'retry', attempts: row.attempts, error: err });
+      notes.push({
+        id: row.id,
+        attempts: row.attempts,
+        error: `retry:error:${errorName(err)}`,
+        notBeforeMs: 0,
+      });
+      log.error('typing_withdraw_error', {
+        rowId: row.id,
+        stage: 'retry',
+        attempts: row.attempts,
+        error: err,
+      });
       return;
     }
     if (r.outcome === 'cleaned' || r.outcome === 'already_gone') report.cleaned++;
