@@ -23,7 +23,10 @@ describe('GET /healthz', () => {
     expect(await res.json()).toMatchObject({ db: 'down' });
     // The cause is logged once with its class, never swallowed.
     expect(logs.events('health_db_down')).toEqual([
-      expect.objectContaining({ level: 'warn', error: expect.objectContaining({ name: expect.any(String) }) }),
+      expect.objectContaining({
+        level: 'warn',
+        error: expect.objectContaining({ name: expect.any(String) }),
+      }),
     ]);
   });
 
