@@ -77,7 +77,9 @@ export class ActorHost extends DurableObject<Env> {
         } while (this.again);
         return total;
       } catch (err) {
-        await this.alarmClock.setNoLaterThan(Date.now() + PUMP_RETRY_MS).catch(() => undefined);
+        await this.alarmClock.setNoLaterThan(Date.now() + PUMP_RETRY_MS).catch((armErr: unknown) =>
+          log.error('actor_host_retry_arm_failed', { instanceId, error: armErr }),
+        );
         throw err;
       } finally {
         this.pumping = null;

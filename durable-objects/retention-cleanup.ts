@@ -121,6 +121,7 @@ export class RetentionCleanup extends DurableObject<Env> {
     } finally {
       // The in-flight statement (if the request bound gave up on it) still owns the pool.
       const pending = this.inFlight;
+      // By design: the run already reported that statement as its outcome; wait only to end the pool.
       void (pending ? pending.catch(() => undefined) : Promise.resolve()).then(() => pool.end());
     }
   }
@@ -169,6 +170,7 @@ export class RetentionCleanup extends DurableObject<Env> {
       );
     }
     // The run itself sees the new generation before its next batch and ends.
+    // By design: a run that throws is logged by its own caller (cron_failed); stop only waits.
     const run = this.running ? await this.running.catch(() => null) : null;
     await this.ctx.storage.sync();
     return {

@@ -95,6 +95,7 @@ export class TypingMaintenance extends DurableObject<Env> {
     await this.ctx.storage.sync();
     log.warn('typing_maintenance_stopped', { stopGeneration: next.stopGeneration });
     const wasRunning = this.running;
+    // By design: the pass's own failure is logged by alarm() (typing_maintenance_failed).
     if (wasRunning) await wasRunning.catch(() => undefined);
     return { ...(await this.status()), drained: true };
   }

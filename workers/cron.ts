@@ -5,20 +5,30 @@ import { log } from './log';
 
 type CronHandler = (env: Env, ctx: ExecutionContext, scheduledTime: number) => Promise<unknown>;
 
-/** Keeps the 30-second maintenance alarm armed; the cron itself fires at most once a minute. */
+/**
+ * One minute-cron step. Its failure is logged once under the step's own event name (with
+ * the error class) and reported as null; it never stops the steps after it.
+ */
+async function step<T>(failureEvent: string, run: () => Promise<T>): Promise<T | null> {
+  try {
+    return await run();
+  } catch (err) {
+    log.error(failureEvent, { error: err });
+    return null;
+  }
+}
+
+/**
+ * Keeps the 30-second maintenance alarm armed (the cron itself fires at most once a minute),
+ * then effect recovery and mailbox polling, then retention for tables without another owner
+ * (docs/retention-rules.md). Each step is isolated: see `step`.
+ */
 async function everyMinute(env: Env): Promise<unknown> {
-  const maintenance = env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton'));
-  const typingMaintenance = await maintenance.ensureArmed();
-  // Effect recovery and mailbox polling; its failure must not stop the maintenance arm.
-  const effects = await effectsEveryMinute(env).catch((err) => {
-    log.error('effect_recovery_pass_failed', { error: err });
-    return null;
-  });
-  // Retention for tables without another owner (docs/retention-rules.md); same isolation.
-  const housekeeping = await housekeepingEveryMinute(env).catch((err) => {
-    log.error('housekeeping_failed', { error: err });
-    return null;
-  });
+  const typingMaintenance = await step('typing_maintenance_arm_failed', () =>
+    env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton')).ensureArmed(),
+  );
+  const effects = await step('effect_minute_failed', () => effectsEveryMinute(env));
+  const housekeeping = await step('housekeeping_failed', () => housekeepingEveryMinute(env));
   return { typingMaintenance, effects, housekeeping };
 }
 
@@ -44,6 +54,8 @@ export async function dispatchCron(controller: ScheduledController, env: Env, ct
     const result = await handler(env, ctx, controller.scheduledTime);
     log.info('cron_done', { cron: controller.cron, durationMs: Date.now() - started, result });
   } catch (err) {
+    // Only the hourly handler can get here (the minute steps are isolated). Rethrown so the
+    // runtime records the invocation as failed.
     log.error('cron_failed', { cron: controller.cron, error: err });
     throw err;
   }

@@ -7,16 +7,33 @@ type Fields = Record<string, unknown>;
 
 const ORDER: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 const SECRET_FIELD =
-  /secret|token|password|authorization|snapshot|encrypt|credential|cookie|^key$|_key$|ciphertext/i;
+  /secret|token|password|authorization|snapshot|encrypt|credential|cookie|connectionstring|^key$|_key$|ciphertext/i;
 let threshold: Level = 'info';
 
 export function setLogLevel(level: Level): void {
   threshold = level;
 }
 
+/**
+ * An error's class: its `name`, or its constructor's name when the name is generic (the
+ * Postgres driver's DatabaseError is named 'error'). Its `code` (SQLSTATE, Lark code) when set.
+ */
+function describeError(e: Error): Fields {
+  const ctor = e.constructor?.name;
+  const name = /^error$/i.test(e.name) && ctor && ctor !== 'Error' ? ctor : e.name;
+  const code = (e as { code?: unknown }).code;
+  return {
+    name,
+    message: e.message,
+    ...(typeof code === 'string' || typeof code === 'number' ? { code } : {}),
+  };
+}
+
 function redact(value: unknown, depth = 0): unknown {
-  if (depth > 4 || value === null || typeof value !== 'object') return value;
-  if (value instanceof Error) return { name: value.name, message: value.message };
+  if (value === null || typeof value !== 'object') return value;
+  if (value instanceof Error) return describeError(value);
+  // Deeper than this is a library's internals (a driver's client, a socket): never printed.
+  if (depth > 4) return '[truncated]';
   if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1));
   const out: Fields = {};
   for (const [k, v] of Object.entries(value))

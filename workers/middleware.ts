@@ -30,6 +30,7 @@ export function init(): MiddlewareHandler<AppEnv> {
         try {
           c.executionCtx.waitUntil(ending);
         } catch {
+          // By design: no execution context (a direct app.request in a test), so end it now.
           await ending;
         }
       }

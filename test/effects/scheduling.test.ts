@@ -8,6 +8,7 @@ import { registerProcess } from '../../workers/effects/processes';
 import { effectRegistry } from '../../workers/effects/registry';
 import { claimEffects, failEffects } from '../../workers/effects/scheduler';
 import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
+import { captureLogLines } from '../helpers/logs';
 import { effectRow, emit } from './helpers';
 
 // `sched.flaky` fails on its first run of each effect, then succeeds.
@@ -71,8 +72,17 @@ describe('delayed effects and retries run without an outside wake-up', () => {
     const inst = await ensureInstance(pool, 'sched-test', uid('s'));
     await enqueueMessage(pool, inst, 'go', null);
     const host = actorHostStub(env, inst);
-    const first = await host.wake(inst);
+    const logs = captureLogLines();
+    const first = await host.wake(inst).finally(logs.restore);
     expect(first).toMatchObject({ handled: 1, claimed: 1, failed: 1 });
+    // The failed run is logged once, with its class, besides being recorded on the effect.
+    expect(logs.events('effect_attempt_failed')).toEqual([
+      expect.objectContaining({
+        kind: 'sched.flaky',
+        attempts: 1,
+        error: expect.objectContaining({ name: 'Error' }),
+      }),
+    ]);
     expect(first.alarmAt).not.toBeNull();
     expect(await kindOf(inst, 'sched.flaky')).toMatchObject({ status: 'pending', attempts: 1 });
     expect(await kindOf(inst, 'sched.ok')).toMatchObject({ status: 'pending', attempts: 0 });

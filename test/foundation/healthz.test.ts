@@ -3,6 +3,7 @@ import { env, exports } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { poolStats } from '../../workers/db/pool';
 import worker from '../../workers/index';
+import { captureLogLines } from '../helpers/logs';
 
 describe('GET /healthz', () => {
   it('reports db ok through the Neon driver from inside workerd', async () => {
@@ -14,10 +15,19 @@ describe('GET /healthz', () => {
   it('answers 503 with db down when the database is unreachable', async () => {
     const ctx = createExecutionContext();
     const broken = { ...env, DATABASE_URL: 'postgres://postgres:postgres@127.0.0.1:1/nowhere' };
+    const logs = captureLogLines();
     const res = await worker.fetch(new Request('http://test/healthz'), broken, ctx);
     await waitOnExecutionContext(ctx);
+    logs.restore();
     expect(res.status).toBe(503);
     expect(await res.json()).toMatchObject({ db: 'down' });
+    // The cause is logged once with its class, never swallowed.
+    expect(logs.events('health_db_down')).toEqual([
+      expect.objectContaining({
+        level: 'warn',
+        error: expect.objectContaining({ name: expect.any(String) }),
+      }),
+    ]);
   });
 
   it('opens a new pool for every request and ends it', async () => {

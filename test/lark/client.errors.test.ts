@@ -154,4 +154,15 @@ describe('LarkClient against the emulator', () => {
     expect(res.headers.get('content-type')).toMatch(/text\/plain/);
     expect(await res.text()).toBe('404 page not found');
   });
+
+  it('a TypeError of ours on the call path (a body that cannot serialise) is thrown as itself, not a Lark failure', async () => {
+    const { lark, messageId } = await client();
+    const input = { content: 1n as unknown as string, uuid: `effect-${crypto.randomUUID()}`.slice(0, 50) };
+    const err = await lark.replyMessage(messageId, input, call()).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(TypeError);
+    expect(err).not.toBeInstanceOf(LarkApiError);
+  });
 });

@@ -51,6 +51,7 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
         await res.body?.cancel();
         throw new AppError('agent_failed', `agent answered HTTP ${res.status}`);
       }
+      // By design: a body that is not JSON fails the shape check below (agent_failed).
       const parsed = AgentAnswer.safeParse(await res.json().catch(() => null));
       if (!parsed.success) throw new AppError('agent_failed', 'agent answer is not {"text": string}');
       return { text: parsed.data.text.slice(0, MAX_REPLY_TEXT) };

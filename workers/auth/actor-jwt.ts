@@ -57,6 +57,8 @@ export async function verifyActorToken(config: AuthConfig, token: string): Promi
     if (!payload.sub || !/^[A-Za-z0-9_.:-]{1,128}$/.test(payload.sub)) throw new Error('bad sub');
     return { actorId: payload.sub, issuedAt: typeof payload.iat === 'number' ? payload.iat : undefined };
   } catch (err) {
+    // By design: every other verification failure (jose's errors, a bad subject) is the one
+    // 401, and the reason is not told to the caller.
     if (err instanceof AppError) throw err;
     if (err instanceof joseErrors.JWKSTimeout)
       throw new AppError('service_unavailable', 'Key set unavailable', undefined, { 'retry-after': '5' });

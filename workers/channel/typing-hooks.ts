@@ -2,6 +2,7 @@ import type { PoolClient } from '@neondatabase/serverless';
 import { withDb } from '../db/pool';
 import type { Config, Env } from '../env';
 import { type Installation, loadInstallation } from '../installations/store';
+import { log } from '../log';
 import * as ledger from '../typing-ledger';
 import { isConversationInputLive } from './liveness';
 
@@ -93,7 +94,8 @@ export interface TurnSettlement {
 
 /**
  * (2) In `waitUntil` after the 200, only for a newly recorded input: the Typing Add goes
- * here. Opens its own pool (the request's is ending); never throws.
+ * here. Opens its own pool (the request's is ending); never throws: a failure the ledger
+ * did not handle itself is logged once as `typing_add_error` with its class.
  */
 export async function afterInputAnswered(_env: Env, config: Config, answered: AnsweredInput): Promise<void> {
   const { input, registration } = answered;
@@ -111,7 +113,9 @@ export async function afterInputAnswered(_env: Env, config: Config, answered: An
       // still in its revision, installation active): an ended input loses the badge at once.
       { isInputLive: isConversationInputLive },
     ),
-  ).catch(() => undefined);
+  ).catch((err: unknown) =>
+    log.error('typing_add_error', { sessionId: input.sessionId, rowId: registration.ledgerId, error: err }),
+  );
 }
 
 /**
@@ -159,8 +163,8 @@ export async function afterTurnSettled(_env: Env, config: Config, turn: TurnSett
       const inst = await loadInstallation(pool, config.SECRET_KEYS, turn.installationId);
       if (inst) await ledger.sweepDeliveryAnchor(pool, inst, turn.anchorMessageId);
     }
-    const failed = Object.values(results).filter((o) => o === 'retryable').length;
+    const failed = Object.values(results).filter((o) => o === 'retryable' || o === 'error').length;
     // Throwing schedules the effect's retry; the maintenance pass is the backstop either way.
-    if (failed > 0) throw new Error(`${failed} typing badge withdrawals are retryable`);
+    if (failed > 0) throw new Error(`${failed} typing badge withdrawals did not finish`);
   });
 }

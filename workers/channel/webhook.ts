@@ -47,6 +47,7 @@ export const webhook = new Hono<AppEnv>().post('/lark/events/:installationId', a
     try {
       c.executionCtx.waitUntil(ending);
     } catch {
+      // By design: no execution context (a direct app.request in a test), so end it now.
       await ending;
     }
   }
@@ -98,6 +99,7 @@ function runAfterAnswer(
   c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: ExecutionContext },
   recorded: RecordedInput,
 ) {
+  // Last resort: afterInboundAnswered logs its parts' own failures; anything else lands here.
   const task = afterInboundAnswered(c.env, c.var.config, recorded).catch((err: unknown) =>
     log.error('lark_after_answer_failed', { installationId: recorded.typing.installationId, error: err }),
   );

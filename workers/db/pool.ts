@@ -74,6 +74,7 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
     if (ending) return;
     ending = true;
     poolStats.ended += 1;
+    // By design: see the 'error' handler above; a pool that fails to end has nothing left to lose.
     await end().catch(() => undefined);
   }) as typeof pool.end;
   return pool;

@@ -102,25 +102,39 @@ export async function pollInstancesWithWork(
       instances: unregistered,
       actorTypes: skipped.slice(0, 20).map((s) => `${s.actorType} (${s.instances})`),
     });
-  await Promise.allSettled(ids.map((id) => wake(id)));
+  // One failed wake-up never stops the others; each is logged, and the next minute's poll
+  // tries that host again (its work is still due in the database).
+  await Promise.all(
+    ids.map((id) =>
+      wake(id).catch((err: unknown) =>
+        log.warn('effect_wake_failed', { instanceId: id, via: 'poll', error: err }),
+      ),
+    ),
+  );
   return { polled: ids.length, unregistered };
 }
 
-/** Recovery pass, mailbox polling, then one bounded retention batch per table. */
+/**
+ * Recovery pass, mailbox polling, then one bounded retention batch per table. Each part's
+ * failure is logged under its own event and never stops the parts after it.
+ */
 export async function effectsEveryMinute(env: Env) {
   const config = loadConfig(env);
   const runtime = effectConfigFrom(config);
   const wake = (instanceId: string) => actorHostStub(env, instanceId).wake(instanceId);
   return withDb(config, async (pool) => {
-    const report: RecoveryPassReport = await runRecoveryPass(pool, runtime, {
+    const recovery: RecoveryPassReport | null = await runRecoveryPass(pool, runtime, {
       budgetMs: RECOVERY_PASS_BUDGET_MS,
       wake,
+    }).catch((err: unknown) => {
+      log.error('effect_recovery_pass_failed', { error: err });
+      return null;
     });
-    const poll = await pollInstancesWithWork(pool, wake).catch((err) => {
+    const poll = await pollInstancesWithWork(pool, wake).catch((err: unknown) => {
       log.error('effect_poll_failed', { error: err });
-      return { polled: 0, unregistered: 0 };
+      return null;
     });
     const pruned = await runRetention(pool, runtime);
-    return { ...report, ...poll, pruned };
+    return { recovery, poll, pruned };
   });
 }

@@ -190,6 +190,9 @@ export async function runClaimedEffects(
         );
         done.push({ id: e.id, result });
       } catch (err) {
+        // Recorded on the effect (retried on its backoff, dead after its attempts) and logged
+        // once here with its class, so a bug in an executor is visible as one.
+        log.warn('effect_attempt_failed', { effectId: e.id, kind: e.kind, attempts: e.attempts, error: err });
         failed.push({ id: e.id, error: err instanceof Error ? err.message : String(err) });
       }
     }),

@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import type { AppEnv } from '../context';
+import { log } from '../log';
 
 const HEALTH_BUDGET_MS = 2000;
 
@@ -13,7 +14,8 @@ export const health = new Hono<AppEnv>().get('/healthz', async (c) => {
       new Promise((_, reject) => setTimeout(() => reject(new Error('db timeout')), HEALTH_BUDGET_MS)),
     ]);
     return c.json({ status: 'ok', db: 'ok', latencyMs: Date.now() - started });
-  } catch {
+  } catch (err) {
+    log.warn('health_db_down', { error: err });
     return c.json({ status: 'degraded', db: 'down', latencyMs: Date.now() - started }, 503);
   }
 });

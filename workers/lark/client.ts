@@ -149,17 +149,18 @@ export class LarkClient {
     const headers: Record<string, string> = {};
     if (body !== undefined) headers['content-type'] = 'application/json; charset=utf-8';
     if (token) headers.authorization = `Bearer ${token}`;
+    // Serialised outside the network try: a body that cannot serialise is our bug (a
+    // TypeError), never a retryable Lark failure.
+    const payload = body === undefined ? undefined : JSON.stringify(body);
     let response: Response;
     let text: string;
     try {
-      response = await this.fetchFn(`${this.base}${path}`, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal,
-      });
+      response = await this.fetchFn(`${this.base}${path}`, { method, headers, body: payload, signal });
       text = await response.text();
     } catch (err) {
+      // By design: only the network call is in here, and whatever fetch rejects with is a
+      // network failure (the Fetch standard's TypeError, workerd's "Network connection lost"
+      // Error, an abort or our timeout); each may succeed on a later try.
       const timedOut = timeout.aborted;
       const what = timedOut ? `timed out after ${budget} ms` : `failed: ${(err as Error).name}`;
       throw new LarkApiError('retryable', 0, 0, `${method} ${route(path)} ${what}`);
@@ -168,6 +169,7 @@ export class LarkClient {
     try {
       json = JSON.parse(text);
     } catch {
+      // By design: a body that is not JSON (a gateway's error page) is judged in `parse`.
       json = undefined;
     }
     const envelope = ApiEnvelope.safeParse(json);

@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import type { Deadline } from '../clock';
 import { sqlState, withTx } from '../db/tx';
+import { log } from '../log';
 import { type BatchResult, deleteBatch } from './batch';
 import { type RetentionCursor, type RetentionLimits, START_KEY, TABLE_ORDER } from './eligibility';
 import { probe } from './probe';
@@ -124,10 +125,9 @@ export async function runRetention(opts: RunOptions): Promise<RunReport> {
     }
   } catch (err) {
     const code = err instanceof RequestDeadline ? 'request_deadline' : (sqlState(err) ?? 'error');
-    return {
-      ...report,
-      outcome: code === 'request_deadline' || code === '57014' ? 'deadline' : 'failed',
-      error: code,
-    };
+    const outcome = code === 'request_deadline' || code === '57014' ? 'deadline' : 'failed';
+    // A deadline is an outcome (reported in the run record); a failure is logged as itself.
+    if (outcome === 'failed') log.error('retention_run_failed', { code, error: err });
+    return { ...report, outcome, error: code };
   }
 }

@@ -33,9 +33,11 @@ export type AddOutcome =
 
 /**
  * The cosmetic Add, after the webhook answered (waitUntil), for a COMMITTED registration.
- * Never throws. Sends `Typing` once (two-second budget), records the result monotonically,
- * then revalidates the exact input on its own budget; if the input has ended or the check
- * fails, the badge is withdrawn at once by its reaction id.
+ * Sends `Typing` once (two-second budget), records the result monotonically, then
+ * revalidates the exact input on its own budget; if the input has ended or the check fails,
+ * the badge is withdrawn at once by its reaction id. Lark and database failures are recorded
+ * or logged here and never thrown; anything else (a bug) is recorded as `uncertain`, so the
+ * sweeps resolve the badge, and then thrown for the caller to log as an error.
  */
 export async function addTypingBadge(
   pool: Pool,
@@ -60,6 +62,8 @@ export async function addTypingBadge(
     await recordAddFailed(pool, reg.id, state, e?.code || e?.httpStatus || 0).catch((dbErr) =>
       log.warn('typing_add_record_failed', { rowId: reg.id, error: dbErr }),
     );
+    if (!e) throw err;
+    log.warn('typing_add_failed', { rowId: reg.id, kind: e.kind, code: e.code, httpStatus: e.httpStatus });
     return state;
   }
   let rec: Awaited<ReturnType<typeof recordAdded>>;
@@ -75,7 +79,11 @@ export async function addTypingBadge(
   if (!ended) return 'added';
   // Withdraw at once with the credentials in hand (the row's snapshot may already be erased).
   const gone = await deleteExact(client, reg.messageId, reactionId, new Deadline(ADD_BUDGET_MS));
-  if (gone.kind === 'gone' && !rec?.terminal) await recordCleaned(pool, reg.id).catch(() => undefined);
+  if (gone.kind === 'gone' && !rec?.terminal)
+    // Unrecorded, the row stays settled-but-uncleaned and the retry pass confirms it is gone.
+    await recordCleaned(pool, reg.id).catch((err: unknown) =>
+      log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'cleaned', error: err }),
+    );
   if (gone.kind !== 'gone')
     log.warn('typing_withdraw_failed', { rowId: reg.id, outcome: gone.kind, stage: 'add' });
   return 'withdrawn_after_add';

@@ -16,19 +16,20 @@ export type RemoteOutcome =
   | { kind: 'retryable'; code: number; retryAfterSeconds?: number }
   | { kind: 'permanent'; code: number };
 
+/**
+ * What Lark's answer means for the badge. Anything that is not a Lark answer (a TypeError,
+ * a database error) is rethrown: it is a bug or an outage of ours, never a Lark failure.
+ */
 export function failure(err: unknown): RemoteOutcome {
-  if (err instanceof LarkApiError) {
-    if (err.kind === 'already_gone') return { kind: 'gone', deleted: 0 };
-    if (err.kind === 'retryable')
-      return {
-        kind: 'retryable',
-        code: err.code || err.httpStatus,
-        retryAfterSeconds: err.retryAfterSeconds,
-      };
-    return { kind: 'permanent', code: err.code || err.httpStatus };
-  }
-  // A snapshot that no longer opens (key retired) or anything unexpected: retrying won't help.
-  return { kind: 'permanent', code: 0 };
+  if (!(err instanceof LarkApiError)) throw err;
+  if (err.kind === 'already_gone') return { kind: 'gone', deleted: 0 };
+  if (err.kind === 'retryable')
+    return {
+      kind: 'retryable',
+      code: err.code || err.httpStatus,
+      retryAfterSeconds: err.retryAfterSeconds,
+    };
+  return { kind: 'permanent', code: err.code || err.httpStatus };
 }
 
 /** Precise delete by reaction ID. */

@@ -1,6 +1,6 @@
 import type { Pool } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
-import type { KeyRing } from '../crypto/sealed';
+import { type KeyRing, SealedValueError } from '../crypto/sealed';
 import { log } from '../log';
 import { deleteExact, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
 import { clientFor } from './snapshot';
@@ -69,8 +69,11 @@ async function remoteWithdraw(
   let client: Awaited<ReturnType<typeof clientFor>>;
   try {
     client = await clientFor(keys, row.id, row.credential_snapshot, opts.fetch);
-  } catch {
-    return { kind: 'permanent', code: 0 };
+  } catch (err) {
+    // By design: a snapshot sealed under a retired key (or not for this row) can never open,
+    // so no retry helps. Anything else is a bug and surfaces as one.
+    if (err instanceof SealedValueError) return { kind: 'permanent', code: 0 };
+    throw err;
   }
   if (row.reaction_id) return deleteExact(client, row.source_message_id, row.reaction_id, opts.deadline);
   const mode = opts.mode ?? (row.settled_at ? 'withdraw' : 'resolve');
@@ -85,16 +88,17 @@ const WITHDRAW_CONCURRENCY = 8;
 /**
  * After the terminal transaction COMMITS: withdraws the badges of the rows it settled. An Add
  * still in flight (pending, under a minute old) is left to the Add itself, which sees the
- * settlement when it records its result. Failures are scheduled for the retry pass.
+ * settlement when it records its result. Failures are scheduled for the retry pass; `error`
+ * is a failure that is not Lark's (our database, a bug), logged as `typing_withdraw_error`.
  */
 export async function withdrawAfterCommit(
   pool: Pool,
   keys: KeyRing,
   ids: string[],
   opts: { fetch?: typeof fetch; budgetMs?: number } = {},
-): Promise<Record<string, WithdrawResult['outcome'] | 'left_to_add'>> {
+): Promise<Record<string, WithdrawResult['outcome'] | 'left_to_add' | 'error'>> {
   const targets = await loadTargets(pool, ids);
-  const out: Record<string, WithdrawResult['outcome'] | 'left_to_add'> = {};
+  const out: Record<string, WithdrawResult['outcome'] | 'left_to_add' | 'error'> = {};
   const queue = [...targets];
   const worker = async () => {
     for (let row = queue.shift(); row; row = queue.shift()) {
@@ -103,20 +107,43 @@ export async function withdrawAfterCommit(
         continue;
       }
       const deadline = new Deadline(opts.budgetMs ?? WITHDRAW_BUDGET_MS);
-      const r = await withdrawRow(pool, keys, row, { deadline, mode: 'withdraw', fetch: opts.fetch }).catch(
-        () => ({ outcome: 'retryable', code: 0 }) as WithdrawResult,
-      );
+      let r: WithdrawResult;
+      try {
+        r = await withdrawRow(pool, keys, row, { deadline, mode: 'withdraw', fetch: opts.fetch });
+      } catch (err) {
+        // Not a Lark answer: never counted as a Lark failure. The row is already due for the
+        // retry pass (settlement made it so); the rest of the settlement goes on.
+        out[row.id] = 'error';
+        log.error('typing_withdraw_error', { rowId: row.id, stage: 'after_commit', error: err });
+        await retryLater(pool, row.id, 0, `withdraw:error:${errorName(err)}`);
+        continue;
+      }
       out[row.id] = r.outcome;
       if (r.outcome === 'retryable' || r.outcome === 'permanent' || r.outcome === 'unconfirmed') {
         const code = 'code' in r ? r.code : 0;
         log.warn('typing_withdraw_failed', { rowId: row.id, outcome: r.outcome, code });
         const wait = 'retryAfterSeconds' in r && r.retryAfterSeconds ? r.retryAfterSeconds * 1000 : 0;
-        await scheduleRetry(pool, row.id, wait, `withdraw:${r.outcome}:${code}`).catch(() => undefined);
+        await retryLater(pool, row.id, wait, `withdraw:${r.outcome}:${code}`);
       }
     }
   };
   await Promise.all(Array.from({ length: Math.min(WITHDRAW_CONCURRENCY, targets.length) }, worker));
   return out;
+}
+
+/**
+ * Pushes the row's next attempt back and records why. Its failure only means the retry pass
+ * may try the row sooner (settlement already made it due), so it is logged, not thrown.
+ */
+async function retryLater(pool: Pool, rowId: string, waitMs: number, why: string): Promise<void> {
+  await scheduleRetry(pool, rowId, waitMs, why).catch((err: unknown) =>
+    log.warn('typing_retry_schedule_failed', { rowId, error: err }),
+  );
+}
+
+/** The class of a thrown value, for `last_error` (never its message: it may carry data). */
+export function errorName(err: unknown): string {
+  return err instanceof Error ? err.name : typeof err;
 }
 
 /** The settled rows of one turn still owing a withdrawal (for an after-commit effect that only knows the cutoff). */

@@ -2,7 +2,7 @@ import type { Pool } from '@neondatabase/serverless';
 import { type Clock, Deadline, systemClock } from '../../clock';
 import type { KeyRing } from '../../crypto/sealed';
 import { log } from '../../log';
-import { type WithdrawResult, withdrawRow } from '../withdraw';
+import { errorName, type WithdrawResult, withdrawRow } from '../withdraw';
 import { type ClaimedRow, claimDue, noteFailures, type RetryNote } from './claim';
 import {
   type PassScope,
@@ -32,6 +32,8 @@ export interface RetryReport {
   unconfirmed: number;
   retryable: number;
   permanent: number;
+  /** Rows whose withdrawal failed with something other than a Lark answer (logged as errors). */
+  errors: number;
   deferred: number;
   durationMs: number;
 }
@@ -56,6 +58,7 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
     unconfirmed: 0,
     retryable: 0,
     permanent: 0,
+    errors: 0,
     deferred: 0,
     durationMs: 0,
   };
@@ -72,9 +75,27 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
       return;
     }
     const deadline = new Deadline(pass.slice(opBudget), clock);
-    const r: WithdrawResult = await withdrawRow(pool, opts.keys, row, { deadline, fetch: opts.fetch }).catch(
-      () => ({ outcome: 'retryable', code: 0 }) as WithdrawResult,
-    );
+    let r: WithdrawResult;
+    try {
+      r = await withdrawRow(pool, opts.keys, row, { deadline, fetch: opts.fetch });
+    } catch (err) {
+      // Not a Lark answer (our database, a bug): never counted as a Lark failure. The claim
+      // already moved the row's next attempt, so it is retried on its backoff.
+      report.errors++;
+      notes.push({
+        id: row.id,
+        attempts: row.attempts,
+        error: `retry:error:${errorName(err)}`,
+        notBeforeMs: 0,
+      });
+      log.error('typing_withdraw_error', {
+        rowId: row.id,
+        stage: 'retry',
+        attempts: row.attempts,
+        error: err,
+      });
+      return;
+    }
     if (r.outcome === 'cleaned' || r.outcome === 'already_gone') report.cleaned++;
     else if (r.outcome === 'adopted') report.adopted++;
     else if (r.outcome === 'unconfirmed') report.unconfirmed++;
