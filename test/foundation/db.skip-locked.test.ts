@@ -69,9 +69,16 @@ describe('database access', () => {
     const racerPid = new Promise<number>((resolve) => {
       firstPid = resolve;
     });
+    let otherCommitted: () => void = () => undefined;
+    const committed = new Promise<void>((resolve) => {
+      otherCommitted = resolve;
+    });
     const racer = withTx(pool, { budgetMs: 20_000 }, async (c) => {
       attempts += 1;
       firstPid(await backendPid(c));
+      // The retry starts once `other` has committed: otherwise it could take row 10 before
+      // `other`'s waiting update does and deadlock a second time.
+      if (attempts > 1) await committed;
       await c.query('update foundation_jobs set claimed_by = $1 where id = 10', ['racer']);
       await c.query('update foundation_jobs set claimed_by = $1 where id = 11', ['racer']);
       return attempts;
@@ -80,6 +87,7 @@ describe('database access', () => {
     await other.query('update foundation_jobs set claimed_by = $1 where id = 10', ['other']);
     await other.query('commit');
     other.release();
+    otherCommitted();
     expect(await racer).toBe(2);
     // The harness saw the retry: an undeclared deadlock would fail the test (tx-retries.ts).
     expect(txRetries()).toEqual([{ sqlstate: '40P01', attempt: 1 }]);
