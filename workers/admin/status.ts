@@ -17,9 +17,9 @@ const COUNT_CAP = 10_000;
  * Processes: live means not stopped and heartbeating within EFFECT_STALE_AFTER_MS ($2), the
  * same floor recovery uses. An ActorHost registers one process and heartbeats it only while
  * it holds claims, and never stops it, so an idle host's process goes stale by design and is
- * pruned a day later: counting every unstopped row as live showed 66 "live" processes of
- * which 65 had been silent for minutes. Stale ones are reported apart; recovery decides per
- * effect whether a stale owner matters.
+ * pruned a day later. Counting every unstopped row as live, `npm run dev` reported 51 live
+ * processes 35 s after 30 conversations had each taken a turn, none of them beating. Stale
+ * ones are reported apart; recovery decides per effect whether a stale owner matters.
  */
 const BACKLOG_QUERY = `
 with now as (select app_now_ms() as ms)
