@@ -12,13 +12,14 @@ const COUNT_CAP = 10_000;
 
 /**
  * Backlogs that should stay near zero, each counted through a partial index and capped, so
- * the query cost is bounded by COUNT_CAP rather than by table size.
+ * the query cost is bounded by COUNT_CAP rather than by table size (effect_processes has no
+ * such index; it is small, pruned daily, and capped too).
  *
  * Processes: live means not stopped and heartbeating within EFFECT_STALE_AFTER_MS ($2), the
  * same floor recovery uses. An ActorHost registers one process and heartbeats it only while
  * it holds claims, and never stops it, so an idle host's process goes stale by design and is
  * pruned a day later. Counting every unstopped row as live, `npm run dev` reported 51 live
- * processes 35 s after 30 conversations had each taken a turn, none of them beating. Stale
+ * processes (one per conversation that had taken a turn) when none had beaten for 35 s. Stale
  * ones are reported apart; recovery decides per effect whether a stale owner matters.
  */
 const BACKLOG_QUERY = `
