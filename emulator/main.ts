@@ -1,4 +1,5 @@
-// Standalone emulator: `tsx emulator/main.ts [port]` (default 8790); used by `npm run dev`.
+// Standalone emulator: `tsx emulator/main.ts [port]` (default 8790). `npm run dev` starts its own
+// in-process on PORT+1.
 import { startLarkEmulator } from './server';
 
 const port = Number(process.argv[2] ?? process.env.LARK_EMULATOR_PORT ?? 8790);

@@ -188,7 +188,11 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
       send(res, { status: 500, body: { error: (err as Error).message } });
     }
   });
-  await new Promise<void>((resolve) => server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', resolve));
+  await new Promise<void>((resolve, reject) => {
+    // Without this a taken port is an unhandled 'error' event: a crash with a stack.
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', resolve);
+  });
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://${opts.host ?? '127.0.0.1'}:${port}`,

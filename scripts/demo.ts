@@ -2,14 +2,11 @@
 // emulator sends signed, encrypted im.message.receive_v1 events to the webhook (three by
 // default, back to back, so they coalesce into one turn), and the demo prints, by polling
 // the emulator's inspection API: the `Typing` badge appearing on each message, the bot's
-// reply, and every badge gone. Env: SERVICE_URL (http://127.0.0.1:8787), LARK_EMULATOR_URL
-// (http://127.0.0.1:8790), ADMIN_TOKEN (else .local/dev-secrets.json).
-import { existsSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+// reply, and every badge gone. It finds the stack (service, emulator) through
+// .local/dev-stack.json and the admin token in .local/dev-secrets.json.
 import { setupLarkDemo } from './lib/demo-setup';
+import { type DevStack, devSecrets, findDevStack } from './lib/dev-stack';
 
-const serviceUrl = process.env.SERVICE_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8787}`;
-const emulatorUrl = process.env.LARK_EMULATOR_URL ?? 'http://127.0.0.1:8790';
 const stamp = new Date().toISOString().slice(11, 19);
 const texts =
   process.argv.length > 2
@@ -18,26 +15,32 @@ const texts =
 const WAIT_MS = 30_000;
 const POLL_MS = 100;
 
-function adminToken(): string {
-  if (process.env.ADMIN_TOKEN) return process.env.ADMIN_TOKEN;
-  const path = fileURLToPath(new URL('../.local/dev-secrets.json', import.meta.url));
-  if (!existsSync(path))
-    throw new Error('no ADMIN_TOKEN and no .local/dev-secrets.json: is `npm run dev` running?');
-  return (JSON.parse(readFileSync(path, 'utf8')) as { ADMIN_TOKEN: string }).ADMIN_TOKEN;
+function runningStack(): DevStack & { emulatorUrl: string } {
+  try {
+    const stack = findDevStack();
+    if (!stack.emulatorUrl)
+      throw new Error('npm run dev runs without the Lark emulator (LARK_API_BASE is set)');
+    return stack as DevStack & { emulatorUrl: string };
+  } catch (err) {
+    console.error(`[demo] ${(err as Error).message}`);
+    process.exit(1);
+  }
 }
+const { serviceUrl, emulatorUrl } = runningStack();
 
 const emu = <T>(path: string, init?: RequestInit): Promise<T> =>
   fetch(`${emulatorUrl}/__emulator/${path}`, init).then((r) => r.json() as Promise<T>);
 
 const up = await fetch(`${serviceUrl}/healthz`).then(
   (r) => r.ok,
+  // Unreachable counts as down; the line below says so.
   () => false,
 );
 if (!up) {
-  console.error(`[demo] no service at ${serviceUrl}: start it with \`npm run dev\``);
+  console.error(`[demo] npm run dev is running but ${serviceUrl}/healthz does not answer ok`);
   process.exit(1);
 }
-const demo = await setupLarkDemo({ serviceUrl, adminToken: adminToken(), emulatorUrl });
+const demo = await setupLarkDemo({ serviceUrl, adminToken: devSecrets().ADMIN_TOKEN, emulatorUrl });
 console.log(`[demo] installation ${demo.installationId} (app ${demo.appId}), chat ${demo.chatId}`);
 
 const started = Date.now();

@@ -3,47 +3,33 @@
 //   migrations, the WebSocket bridge for the Neon driver, `wrangler dev` with scheduled testing,
 //   the Lark emulator (LARK_API_BASE, unless LARK_API_BASE is set), a demo Lark installation and a
 //   demo mobile conversation, and a ticker that drives the crons on their real schedule.
-//   Ctrl-C stops everything.
-import { type ChildProcess, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+//   Ports: the service on PORT (8787), the emulator on PORT+1, everything else on free ports.
+//   The demos find the stack through .local/dev-stack.json. Ctrl-C stops everything.
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { startLarkEmulator } from '../emulator/server';
 import { startBridge } from './lib/bridge';
 import { setupLarkDemo } from './lib/demo-setup';
-import { acquireDevLock } from './lib/dev-lock';
+import { claimDevStack, devSecrets, LOCAL_DIR } from './lib/dev-stack';
 import { migrate } from './lib/migrator';
+import { devPorts, ensurePortFree, portTakenMessage } from './lib/ports';
 import { usePostgres, withDatabase } from './lib/postgres';
 import { seedMobileDemo } from './lib/seed-mobile';
 import { startCronTicker } from './lib/ticker';
+import { startWranglerDev } from './lib/wrangler-dev';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const local = `${root}.local`;
-const port = Number(process.env.PORT ?? 8787);
-const emulatorPort = Number(process.env.LARK_EMULATOR_PORT ?? 8790);
 const say = (line: string) => console.log(`[dev] ${line}`);
+const fail = (message: string) => console.error(`[dev] ${message}`);
 
-mkdirSync(local, { recursive: true });
-let releaseLock: () => void;
+let stack: ReturnType<typeof claimDevStack>;
+let ports: ReturnType<typeof devPorts>;
 try {
-  releaseLock = acquireDevLock(`${local}/dev.pid`);
+  ports = devPorts();
+  stack = claimDevStack();
 } catch (err) {
-  console.error(`[dev] ${(err as Error).message}`);
+  fail((err as Error).message);
   process.exit(1);
-}
-
-/** Throwaway local secrets, generated once and kept in .local/ so tokens stay stable. */
-function localSecrets(): Record<string, string> {
-  const path = `${local}/dev-secrets.json`;
-  if (existsSync(path)) return JSON.parse(readFileSync(path, 'utf8'));
-  const secrets = {
-    ADMIN_TOKEN: `dev-admin-${randomBytes(16).toString('hex')}`,
-    SECRET_KEYS: JSON.stringify({ '1': randomBytes(32).toString('base64') }),
-    ACTOR_JWT_SECRET: randomBytes(32).toString('base64'),
-  };
-  writeFileSync(path, JSON.stringify(secrets, null, 2), { mode: 0o600 });
-  return secrets;
 }
 
 async function ensureDatabase(adminUrl: string, name: string): Promise<string> {
@@ -55,22 +41,39 @@ async function ensureDatabase(adminUrl: string, name: string): Promise<string> {
   return withDatabase(adminUrl, name);
 }
 
-const cleanups: (() => Promise<void> | void)[] = [() => releaseLock()];
+const cleanups: (() => Promise<void> | void)[] = [() => stack.release()];
 let stopping = false;
 async function shutdown(code: number) {
   if (stopping) return;
   stopping = true;
   say('stopping…');
-  for (const fn of cleanups.reverse()) await Promise.resolve(fn()).catch(() => undefined);
+  for (const fn of cleanups.reverse()) {
+    await Promise.resolve()
+      .then(fn)
+      .catch((err: Error) => fail(`while stopping: ${err.message}`));
+  }
   process.exit(code);
 }
 process.on('SIGINT', () => void shutdown(0));
 process.on('SIGTERM', () => void shutdown(0));
 
+/** A listen error as the one line a taken port gets; anything else as its message. */
+function oneLine(err: unknown): string {
+  const e = err as NodeJS.ErrnoException & { port?: number };
+  if (e.code === 'EADDRINUSE' && e.port)
+    return portTakenMessage(e.port, e.port === ports.service ? 'service, PORT' : 'Lark emulator, PORT+1');
+  return `failed: ${e.message}`;
+}
+
 try {
+  const useEmulator = !process.env.LARK_API_BASE;
+  // Before anything starts: a taken port is the commonest first-run failure.
+  await ensurePortFree(ports.service, 'service, PORT');
+  if (useEmulator) await ensurePortFree(ports.emulator, 'Lark emulator, PORT+1');
+
   const server = await usePostgres({
     databaseUrl: process.env.DATABASE_URL,
-    dataDir: `${local}/pg`,
+    dataDir: `${LOCAL_DIR}pg`,
     persistent: true,
   });
   cleanups.push(() => server.stop());
@@ -81,80 +84,67 @@ try {
 
   const bridge = await startBridge();
   cleanups.push(() => bridge.close());
-  const secrets = localSecrets();
+  const secrets = devSecrets();
   // Real Lark cannot be reached from here; with LARK_API_BASE set, the emulator stays off.
   let larkBase = process.env.LARK_API_BASE;
-  if (!larkBase) {
-    const emulator = await startLarkEmulator({ port: emulatorPort });
+  let emulatorUrl: string | null = null;
+  if (useEmulator) {
+    const emulator = await startLarkEmulator({ port: ports.emulator });
     cleanups.push(() => emulator.close());
-    larkBase = emulator.url;
+    larkBase = emulatorUrl = emulator.url;
   }
-  const vars: Record<string, string> = {
-    ...secrets,
-    DATABASE_URL: databaseUrl,
-    NEON_WS_PROXY: `127.0.0.1:${bridge.port}/v2`,
-    LARK_API_BASE: larkBase,
-  };
 
-  const wrangler: ChildProcess = spawn(
-    `${root}node_modules/.bin/wrangler`,
-    [
-      'dev',
-      '--local',
-      '--test-scheduled',
-      '--ip',
-      '127.0.0.1',
-      '--port',
-      String(port),
-      ...Object.entries(vars).flatMap(([k, v]) => ['--var', `${k}:${v}`]),
-    ],
-    {
-      cwd: root,
-      env: {
-        ...process.env,
-        WRANGLER_SEND_METRICS: 'false',
-        CLOUDFLARE_CF_FETCH_ENABLED: 'false',
-        CI: 'true',
-      },
-      stdio: ['ignore', 'inherit', 'inherit'],
-      detached: true,
+  await ensurePortFree(ports.service, 'service, PORT');
+  const envFile = `${LOCAL_DIR}dev.vars`;
+  const wrangler = startWranglerDev({
+    root,
+    port: ports.service,
+    envFile,
+    vars: {
+      ...secrets,
+      DATABASE_URL: databaseUrl,
+      NEON_WS_PROXY: `127.0.0.1:${bridge.port}/v2`,
+      LARK_API_BASE: larkBase!,
     },
-  );
-  cleanups.push(() => {
-    if (wrangler.pid && wrangler.exitCode === null) process.kill(-wrangler.pid, 'SIGTERM');
   });
-  wrangler.on('exit', (code) => {
+  cleanups.push(() => wrangler.stop());
+  wrangler.process.on('exit', (code) => {
     if (!stopping) {
-      say(`wrangler dev exited (${code})`);
+      fail(`wrangler dev exited (${code})`);
       void shutdown(1);
     }
   });
 
-  const base = `http://127.0.0.1:${port}`;
+  const base = `http://127.0.0.1:${ports.service}`;
   for (let i = 0; ; i++) {
     const ok = await fetch(`${base}/healthz`)
       .then((r) => r.ok)
+      // Not listening yet: wrangler is still starting.
       .catch(() => false);
     if (ok) break;
     if (i > 240) throw new Error('the Worker did not become healthy within 60 s');
     await new Promise((r) => setTimeout(r, 250));
   }
   cleanups.push(startCronTicker(base, say));
-  const lark = await setupLarkDemo({
-    serviceUrl: base,
-    adminToken: secrets.ADMIN_TOKEN!,
-    emulatorUrl: larkBase,
-  });
-  const mobile = await seedMobileDemo(databaseUrl, secrets.ACTOR_JWT_SECRET!);
+  const lark = emulatorUrl
+    ? await setupLarkDemo({ serviceUrl: base, adminToken: secrets.ADMIN_TOKEN, emulatorUrl })
+    : null;
+  const mobile = await seedMobileDemo(databaseUrl, secrets.ACTOR_JWT_SECRET);
+  stack.publish({ serviceUrl: base, emulatorUrl });
 
   say('ready');
   say(`  service   ${base}   (GET /healthz, /v1/openapi.json)`);
   say(`  admin     Authorization: Bearer ${secrets.ADMIN_TOKEN}`);
-  say(`  lark      emulator ${larkBase}; demo installation ${lark.installationId} → npm run demo`);
+  say(
+    lark
+      ? `  lark      emulator ${emulatorUrl}; demo installation ${lark.installationId} → npm run demo`
+      : `  lark      LARK_API_BASE=${larkBase} (emulator off)`,
+  );
   say(`  mobile    actor ${mobile.actorId}, message ${mobile.messageId} in ${mobile.conversationId}`);
   say(`            Authorization: Bearer ${mobile.token}`);
+  say('            → npx tsx examples/mobile-client/demo.ts');
   say('  crons     driven locally every minute; Ctrl-C stops everything');
 } catch (err) {
-  console.error(`[dev] failed: ${(err as Error).message}`);
+  fail(oneLine(err));
   await shutdown(1);
 }

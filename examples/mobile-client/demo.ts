@@ -1,26 +1,29 @@
 // Drives the mobile client library against `npm run dev` (run that first, in another terminal):
 //   npx tsx examples/mobile-client/demo.ts [locale]
-// Env: BASE_URL (default http://127.0.0.1:8787), ACTOR_TOKEN (printed by npm run dev; else one
-// is minted from .local/dev-secrets.json), ACTOR_ID (demo-alice), MESSAGE_ID (demo-message-1).
+// It finds the service through .local/dev-stack.json and mints demo-alice's token from
+// .local/dev-secrets.json. Env: ACTOR_ID (demo-alice), MESSAGE_ID (demo-message-1).
 // The journal lives in .local/mobile-demo-journal.json, so an interrupted run resumes next time.
 // VERBOSE=1 prints every journal write and request.
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { existsSync } from 'node:fs';
 import { type JournalEntry, ReactionClient, recoveryFor, statusOf } from '../../clients/mobile/src';
+import { devSecrets, findDevStack, LOCAL_DIR } from '../../scripts/lib/dev-stack';
 import { signActorToken } from '../../workers/auth/sign';
 import { FileStore } from './file-store';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
-const baseUrl = process.env.BASE_URL ?? 'http://127.0.0.1:8787';
+function serviceUrl(): string {
+  try {
+    return findDevStack().serviceUrl;
+  } catch (err) {
+    console.error(`[mobile demo] ${(err as Error).message}`);
+    process.exit(1);
+  }
+}
+const baseUrl = serviceUrl();
 const actorId = process.env.ACTOR_ID ?? 'demo-alice';
 const messageId = process.env.MESSAGE_ID ?? 'demo-message-1';
 const locale = process.argv[2] ?? 'vi';
 
-async function token(): Promise<string> {
-  if (process.env.ACTOR_TOKEN) return process.env.ACTOR_TOKEN;
-  const secrets = JSON.parse(readFileSync(`${root}.local/dev-secrets.json`, 'utf8'));
-  return signActorToken(secrets.ACTOR_JWT_SECRET, actorId, { ttlSeconds: 3600 });
-}
+const token = () => signActorToken(devSecrets().ACTOR_JWT_SECRET, actorId, { ttlSeconds: 3600 });
 
 /** The device's network: can go offline, and loses the answer of the next write once. */
 let offline = false;
@@ -59,8 +62,7 @@ async function settle(client: ReactionClient, label: string): Promise<void> {
   }
 }
 
-mkdirSync(`${root}.local`, { recursive: true });
-const journalPath = `${root}.local/mobile-demo-journal.json`;
+const journalPath = `${LOCAL_DIR}mobile-demo-journal.json`;
 const resumed = existsSync(journalPath);
 const client = new ReactionClient({
   baseUrl,

@@ -38,7 +38,8 @@ interface Saved {
 /**
  * Registers the demo app in the emulator (its memory is fresh each run) and, unless the
  * saved installation still exists, the installation through the admin API (signed and
- * encrypted events: an Encrypt Key is set). Idempotent; safe to call on every `npm run dev`.
+ * encrypted events: an Encrypt Key is set); a kept installation is pointed at this emulator.
+ * Idempotent; safe to call on every `npm run dev`.
  * The app's secrets stay in .local/ (mode 0600) and are never printed.
  */
 export async function setupLarkDemo(opts: LarkDemoOptions): Promise<LarkDemo> {
@@ -62,10 +63,23 @@ export async function setupLarkDemo(opts: LarkDemoOptions): Promise<LarkDemo> {
   });
   const admin = `${opts.serviceUrl}/admin/lark/installations`;
   const auth = { authorization: `Bearer ${opts.adminToken}` };
-  const exists =
-    saved.installationId !== null &&
-    (await fetch(`${admin}/${saved.installationId}`, { headers: auth })).status === 200;
-  if (!exists) {
+  const existing = saved.installationId
+    ? await fetch(`${admin}/${saved.installationId}`, { headers: auth })
+    : null;
+  if (existing?.status === 200) {
+    // The emulator follows PORT: after a change of PORT the kept installation still points
+    // at the old address, and every Typing Add and reply would go nowhere.
+    const { installation } = (await existing.json()) as { installation: { api_base: string } };
+    if (installation.api_base !== opts.emulatorUrl) {
+      const res = await fetch(`${admin}/${saved.installationId}/rotate`, {
+        method: 'POST',
+        headers: { ...auth, 'content-type': 'application/json' },
+        body: JSON.stringify({ api_base: opts.emulatorUrl }),
+      });
+      if (res.status !== 200)
+        throw new Error(`pointing the demo installation at the emulator: HTTP ${res.status}`);
+    }
+  } else {
     const res = await fetch(admin, {
       method: 'POST',
       headers: { ...auth, 'content-type': 'application/json' },

@@ -1,0 +1,70 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { rmSync, writeFileSync } from 'node:fs';
+
+export interface WranglerDev {
+  process: ChildProcess;
+  stop(): void;
+}
+
+/**
+ * `wrangler dev --local --test-scheduled` on 127.0.0.1:`port`, with `vars` (secrets among
+ * them) in a 0600 env file that stop() removes: on the command line (`--var`) every `ps`
+ * showed them. `--env-file` also makes wrangler skip a hand-written `.dev.vars`.
+ */
+export function startWranglerDev(opts: {
+  root: string;
+  port: number;
+  vars: Record<string, string>;
+  envFile: string;
+}): WranglerDev {
+  // The mode applies only to a new file: never reuse one a crash left behind.
+  rmSync(opts.envFile, { force: true });
+  writeFileSync(opts.envFile, envFileText(opts.vars), { mode: 0o600 });
+  const child = spawn(
+    `${opts.root}node_modules/.bin/wrangler`,
+    [
+      'dev',
+      '--local',
+      '--test-scheduled',
+      '--ip',
+      '127.0.0.1',
+      '--port',
+      String(opts.port),
+      '--env-file',
+      opts.envFile,
+    ],
+    {
+      cwd: opts.root,
+      env: {
+        ...process.env,
+        WRANGLER_SEND_METRICS: 'false',
+        CLOUDFLARE_CF_FETCH_ENABLED: 'false',
+        CI: 'true',
+      },
+      stdio: ['ignore', 'inherit', 'inherit'],
+      // Its own process group, so stop() ends wrangler and the workerd it started.
+      detached: true,
+    },
+  );
+  return {
+    process: child,
+    stop: () => {
+      if (child.pid && child.exitCode === null) process.kill(-child.pid, 'SIGTERM');
+      rmSync(opts.envFile, { force: true });
+    },
+  };
+}
+
+/**
+ * dotenv lines wrangler reads back verbatim: single quotes keep `#`, spaces and JSON as they
+ * are, and `\$` stops dotenv-expand from reading `$NAME` as a reference.
+ */
+export function envFileText(vars: Record<string, string>): string {
+  return Object.entries(vars)
+    .map(([name, value]) => {
+      if (/['\r\n]/.test(value))
+        throw new Error(`${name} cannot hold a quote or a line break in the dev env file`);
+      return `${name}='${value.replaceAll('$', '\\$')}'\n`;
+    })
+    .join('');
+}
