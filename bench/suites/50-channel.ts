@@ -1,9 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';
+import { freePort } from '../../scripts/lib/postgres';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 
@@ -80,14 +80,6 @@ async function countingBridge() {
     },
   });
   return { conns, port: bridge.port, close: bridge.close };
-}
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as { port: number };
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
 }
 
 async function startWorker(vars: Record<string, string>, port: number): Promise<ChildProcess> {
