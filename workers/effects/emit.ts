@@ -4,6 +4,11 @@ import type { EffectHandle } from './types';
 
 /** Longest per-effect grace accepted at emit (matches the column check). */
 export const MAX_EFFECT_TIMEOUT_MS = 7 * 86_400_000;
+/**
+ * Longest delay accepted at emit. A pending effect keeps its binding alive (it must outlive
+ * its effect), so an unbounded delay would pin a binding forever.
+ */
+export const MAX_EFFECT_DELAY_MS = 7 * 86_400_000;
 
 export interface EmitOptions {
   /** Opt in to retirement: on a stale owner the runtime retires the effect and sends `effect:<id>:recovery`. */
@@ -62,8 +67,8 @@ export class EffectStage {
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 100)
       throw new AppError('validation_failed', 'maxAttempts must be an integer in 1..100');
     const delayMs = opts.delayMs ?? 0;
-    if (!Number.isInteger(delayMs) || delayMs < 0)
-      throw new AppError('validation_failed', 'delayMs must be >= 0');
+    if (!Number.isInteger(delayMs) || delayMs < 0 || delayMs > MAX_EFFECT_DELAY_MS)
+      throw new AppError('validation_failed', `delayMs must be an integer in 0..${MAX_EFFECT_DELAY_MS}`);
     let binding: StagedEffect['binding'] = null;
     if (opts.recovery) {
       if (!opts.recovery.operation) throw new AppError('validation_failed', 'recovery.operation is required');

@@ -135,7 +135,7 @@ export async function requestEffectRecovery(
   const { rows } = await tx.query<{ id: string }>(
     `insert into effect_recovery_checks (effect_id, origin_instance_id)
      select r.effect_id, r.origin_instance_id from effect_recoveries r
-      where r.effect_id = $1 and r.origin_instance_id = $2 and r.expires_at_ms >= (select app_now_ms())
+      where r.effect_id = $1 and r.origin_instance_id = $2 and effect_binding_live(r, (select app_now_ms()))
      returning id`,
     [h.effectId, h.instanceId],
   );
@@ -211,11 +211,18 @@ export async function pruneRecoveryChecks(
   return res.rowCount ?? 0;
 }
 
-/** Bindings past their lifetime (`expires_at_ms`), one bounded batch; returns how many. */
+/**
+ * Bindings past their lifetime, one bounded batch; returns how many. A binding lives while its
+ * effect is pending or processing, and one lifetime past the later of emit and the effect's
+ * end (`effect_binding_live`, migrations/0013); the expiry index narrows the candidates.
+ */
 export async function pruneExpiredBindings(q: Queryable, batch = 1000): Promise<number> {
   const res = await q.query(
     `delete from effect_recoveries where effect_id in (
-       select effect_id from effect_recoveries where expires_at_ms < (select app_now_ms()) limit $1)`,
+       select r.effect_id from effect_recoveries r
+        where r.expires_at_ms < (select app_now_ms())
+          and not effect_binding_live(r, (select app_now_ms()))
+        limit $1)`,
     [batch],
   );
   return res.rowCount ?? 0;

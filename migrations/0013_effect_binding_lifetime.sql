@@ -1,0 +1,16 @@
+-- A recovery binding must outlive its effect (effect-recovery.md: "polling revisits stopped
+-- owners until each effect's own grace expires"). A binding's lifetime, expires_at_ms -
+-- created_at_ms, is counted from the later of its emit and its effect's end: while the effect
+-- is pending or processing the binding always lives, and after the effect is retired or
+-- finished it lives one more lifetime, so a check can still report the outcome. Both the
+-- pruning and the check admission ask this one function.
+create function effect_binding_live(r effect_recoveries, now_ms bigint) returns boolean
+language sql stable parallel safe as $$
+  select r.expires_at_ms >= now_ms
+      or r.retired_at_ms + (r.expires_at_ms - r.created_at_ms) >= now_ms
+      or exists (
+           select 1 from effects e
+            where e.id = r.effect_id
+              and (e.status in ('pending', 'processing')
+                   or e.finished_at_ms + (r.expires_at_ms - r.created_at_ms) >= now_ms))
+$$;
