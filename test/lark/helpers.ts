@@ -18,6 +18,19 @@ export async function emu<T = unknown>(
   return (await res.json()) as T;
 }
 
+/**
+ * Resolves once the emulator holds `count` calls of `route` (a `hold` fault): they have
+ * arrived and wait unanswered. The emulator answers 408 after 10 s, which `emu` throws.
+ */
+export function untilHeld(route: string, count = 1): Promise<unknown> {
+  return emu('faults/held', { route, count });
+}
+
+/** Lets every held call proceed (`DELETE faults` drops them instead). */
+export function releaseHeld(): Promise<{ released: number }> {
+  return emu('faults/release', {});
+}
+
 export function admin(path: string, init: { method?: string; body?: unknown; token?: string } = {}) {
   return exports.default.fetch(`http://test/admin/lark/installations${path}`, {
     method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
