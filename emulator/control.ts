@@ -51,10 +51,12 @@ export async function control(
     deps.rateLimits.enabled = Boolean(body?.enabled);
     return json(deps.rateLimits);
   }
-  if (head === 'faults' && arg === 'release' && method === 'POST') return json({ released: faults.release() });
+  if (head === 'faults' && arg === 'release' && method === 'POST')
+    return json({ released: faults.release() });
   if (head === 'faults' && arg === 'held' && method === 'POST') {
     const route = String(body?.route ?? '*');
-    if (!(route === '*' || ROUTES.includes(route as never))) return bad(`route one of ${ROUTES.join(', ')} or *`);
+    if (!(route === '*' || ROUTES.includes(route as never)))
+      return bad(`route one of ${ROUTES.join(', ')} or *`);
     const count = Number(body?.count ?? 1);
     const timeoutMs = Math.min(Number(body?.timeoutMs ?? 10_000), 60_000);
     if (!(await faults.untilHeld(route as (typeof ROUTES)[number] | '*', count, timeoutMs)))

@@ -101,7 +101,9 @@ describe('LarkClient against the emulator', () => {
     const armed = timers.mock.calls.map(([ms]) => ms);
     timers.mockRestore();
     expect([slow.kind, slow.code]).toEqual(['retryable', 0]);
-    expect(slow.message).toMatch(/^GET \/open-apis\/im\/v1\/messages\/:id\/reactions timed out after \d+ ms$/);
+    expect(slow.message).toMatch(
+      /^GET \/open-apis\/im\/v1\/messages\/:id\/reactions timed out after \d+ ms$/,
+    );
     expect(armed).toHaveLength(1);
     expect(armed[0]).toBeGreaterThan(0);
     expect(armed[0]).toBeLessThanOrEqual(300);
