@@ -51,16 +51,28 @@ export async function control(
     deps.rateLimits.enabled = Boolean(body?.enabled);
     return json(deps.rateLimits);
   }
+  if (head === 'faults' && arg === 'release' && method === 'POST')
+    return json({ released: faults.release() });
+  if (head === 'faults' && arg === 'held' && method === 'POST') {
+    const route = String(body?.route ?? '*');
+    if (!(route === '*' || ROUTES.includes(route as never)))
+      return bad(`route one of ${ROUTES.join(', ')} or *`);
+    const count = Number(body?.count ?? 1);
+    const timeoutMs = Math.min(Number(body?.timeoutMs ?? 10_000), 60_000);
+    if (!(await faults.untilHeld(route as (typeof ROUTES)[number] | '*', count, timeoutMs)))
+      return bad(`fewer than ${count} ${route} call(s) held after ${timeoutMs} ms`, 408);
+    return json({ held: faults.heldCalls() });
+  }
   if (head === 'faults') {
     if (method === 'DELETE') faults.clear();
     if (method === 'POST') {
       const f = body as Fault;
-      const kinds: FaultKind[] = ['latency', '5xx', '429', 'expired_token', 'lost_response'];
+      const kinds: FaultKind[] = ['latency', '5xx', '429', 'expired_token', 'lost_response', 'hold'];
       if (!(f?.route === '*' || ROUTES.includes(f?.route as never)) || !kinds.includes(f?.kind))
         return bad(`route one of ${ROUTES.join(', ')} or *; kind one of ${kinds.join(', ')}`);
       faults.add({ ...f, times: Number(f.times ?? 1) });
     }
-    return json({ faults: faults.list() });
+    return json({ faults: faults.list(), held: faults.heldCalls() });
   }
   if (head === 'calls') {
     if (method === 'DELETE') deps.calls.length = 0;

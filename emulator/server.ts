@@ -100,6 +100,11 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
     });
     const latency = faults.takeLatency(match.route);
     if (latency > 0) await new Promise((r) => setTimeout(r, latency));
+    const held = faults.takeHold(match.route);
+    if (held && !(await held)) {
+      res.socket?.destroy();
+      return;
+    }
     let appId: string | undefined;
     let token: string | undefined;
     const finish = (a: ApiAnswer) => {

@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { setAgentOverride } from '../../workers/agents';
+import { MAX_GENERATIONS } from '../../workers/channel/conversation';
 import { setDbClockOffset, testPool } from '../helpers/db';
 import { buildEvent, installApp, larkBase, submit, type TestApp } from '../lark/helpers';
 import { fireDebounce, newChat, pump, untilSettled } from './helpers';
@@ -59,8 +60,11 @@ describe('channel engine secrets', { timeout: 40_000 }, () => {
          (select string_agg(m::text, ' ') from lark_inbound_messages m where session_id = $1)) as dump`,
       [chat.sessionId],
     );
+    // Positive controls: each source really holds engine data, so the "absent" checks below
+    // cannot pass on an empty capture. The failed turn wrote one warning per dead generation.
+    expect(rows[0]!.dump).toContain('fail me');
+    expect(lines.filter((l) => l.includes('"event":"effects_dead"'))).toHaveLength(MAX_GENERATIONS);
     const everything = [...bodies, ...lines, rows[0]!.dump].join('\n');
-    expect(everything).toContain('fail me'); // the capture really holds engine data
     for (const secret of [app.appSecret, app.verificationToken, app.encryptKey!])
       expect(everything).not.toContain(secret);
     // The tenant token the engine used (Lark hands out the same one while it is fresh).

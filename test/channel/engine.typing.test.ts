@@ -5,7 +5,7 @@ import { drainInstance } from '../../workers/effects/runner';
 import { effectConfig } from '../../workers/effects/types';
 import { runExpiration } from '../../workers/typing-ledger/passes/expire';
 import { advanceDbClock } from '../helpers/db';
-import { emu } from '../lark/helpers';
+import { emu, releaseHeld, untilHeld } from '../lark/helpers';
 import {
   type Chat,
   engineSuite,
@@ -14,7 +14,7 @@ import {
   newChat,
   PAST_DEBOUNCE_MS,
   pump,
-  say,
+  sayAwaitable,
   untilSettled,
 } from './helpers';
 
@@ -26,18 +26,14 @@ const typingOn = async (messageId: string) =>
     await emu<{ items: { reaction_type: { emoji_type: string } }[] }>(`messages/${messageId}/reactions`)
   ).items.filter((r) => r.reaction_type.emoji_type === 'Typing').length;
 
-/** Bounded poll for the webhook's waitUntil Add (it runs after the answer). */
-async function untilBadges(ids: string[], want: number) {
-  for (let i = 0; i < 100 && (await Promise.all(ids.map(typingOn))).some((n) => n !== want); i++)
-    await new Promise((r) => setTimeout(r, 50));
-}
-
-/** Runs the host until the turn-settled effect has withdrawn the badges (bounded). */
-async function untilWithdrawn(chat: Chat, ids: string[]) {
-  for (let i = 0; i < 5 && (await Promise.all(ids.map(typingOn))).some((n) => n > 0); i++) {
+/** Runs the host until the turn-settled effect has withdrawn the badges; fails after `rounds`. */
+async function untilWithdrawn(chat: Chat, ids: string[], rounds = 5) {
+  for (let i = 0; i < rounds; i++) {
+    if ((await Promise.all(ids.map(typingOn))).every((n) => n === 0)) return;
     await runDurableObjectAlarm(host(chat));
     await pump(chat);
   }
+  throw new Error(`Typing still on ${ids.join(', ')} after ${rounds} host rounds`);
 }
 
 const ledgerRow = async (messageId: string) =>
@@ -58,9 +54,8 @@ const ledgerRow = async (messageId: string) =>
 describe('engine and typing ledger together', { timeout: 40_000 }, () => {
   it('the inputs of a running turn keep their badge past the two-minute taskless expiry until the turn settles', async () => {
     const chat = newChat(suite.app);
-    const id = await say(chat, 'a long-running question');
-    await pump(chat);
-    await untilBadges([id], 1);
+    const { messageId: id, afterAnswer } = await sayAwaitable(chat, 'a long-running question');
+    await afterAnswer; // the host woke and the Add is recorded
     expect(await typingOn(id)).toBe(1);
     expect((await ledgerRow(id)).taskless).toBe(true);
     // The flush alone: the turn starts (its fenced commit) but its reply has not run.
@@ -87,9 +82,10 @@ describe('engine and typing ledger together', { timeout: 40_000 }, () => {
 
   it('an input whose turn is already terminal when the Add returns loses its badge at once', async () => {
     const chat = newChat(suite.app);
-    // The Add is slow: the engine's record of the turn ends while it is in flight.
-    await emu('faults', { route: 'reactions.create', kind: 'latency', latencyMs: 1200 });
-    const id = await say(chat, 'ended before the Add returned');
+    // Lark holds the Add: the engine's record of the turn ends while it is in flight.
+    await emu('faults', { route: 'reactions.create', kind: 'hold' });
+    const { messageId: id, afterAnswer } = await sayAwaitable(chat, 'ended before the Add returned');
+    await untilHeld('reactions.create');
     const { rows } = await pool.query<{ position: string; context_revision: string }>(
       'select position, context_revision from lark_inbound_messages where message_id = $1',
       [id],
@@ -102,8 +98,8 @@ describe('engine and typing ledger together', { timeout: 40_000 }, () => {
        values ($1, 1, $2, $3, $3, 1, $4, 'test', gen_random_uuid(), 'failed', app_now())`,
       [chat.sessionId, rows[0]!.context_revision, rows[0]!.position, id],
     );
-    for (let i = 0; i < 100 && !(await ledgerRow(id)).cleaned_at; i++)
-      await new Promise((r) => setTimeout(r, 50));
+    expect(await releaseHeld()).toEqual({ released: 1 });
+    await afterAnswer; // the Add returned, revalidated against the engine, and withdrew
     const row = await ledgerRow(id);
     expect(row.settled_at).toBeNull();
     expect(row.cleaned_at).not.toBeNull();
@@ -114,11 +110,12 @@ describe('engine and typing ledger together', { timeout: 40_000 }, () => {
 
   it('every coalesced input of a delivered turn is settled in the terminal transaction and loses its badge', async () => {
     const chat = newChat(suite.app);
-    const ids = [await say(chat, 'a'), await say(chat, 'b'), await say(chat, 'c')];
-    await pump(chat);
-    // The Adds run in the webhook's waitUntil: wait for them to land (bounded poll).
-    for (let i = 0; i < 100 && (await Promise.all(ids.map(typingOn))).some((n) => n === 0); i++)
-      await new Promise((r) => setTimeout(r, 50));
+    const ids: string[] = [];
+    for (const text of ['a', 'b', 'c']) {
+      const { messageId, afterAnswer } = await sayAwaitable(chat, text);
+      await afterAnswer; // the Add runs in the webhook's waitUntil
+      ids.push(messageId);
+    }
     expect(await Promise.all(ids.map(typingOn))).toEqual([1, 1, 1]);
     await fireDebounce(pool, chat);
     const turn = await untilSettled(pool, chat, 1);
@@ -131,10 +128,7 @@ describe('engine and typing ledger together', { timeout: 40_000 }, () => {
     expect(rows.map((r) => r.source_message_id)).toEqual(ids);
     expect(rows.every((r) => r.settled)).toBe(true);
     // The after-commit withdrawal runs as the durable channel.turn-settled effect.
-    for (let i = 0; i < 5 && (await Promise.all(ids.map(typingOn))).some((n) => n > 0); i++) {
-      await runDurableObjectAlarm(host(chat));
-      await pump(chat);
-    }
+    await untilWithdrawn(chat, ids);
     expect(await Promise.all(ids.map(typingOn))).toEqual([0, 0, 0]);
   });
 });

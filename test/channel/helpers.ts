@@ -1,4 +1,4 @@
-import { runDurableObjectAlarm } from 'cloudflare:test';
+import { createExecutionContext, runDurableObjectAlarm, waitOnExecutionContext } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, afterEach, beforeAll, expect } from 'vitest';
@@ -9,6 +9,7 @@ import '../../workers/channel/engine';
 import { sessionIdOf } from '../../workers/channel/session';
 import { type TurnRow, turnsOf } from '../../workers/channel/turns';
 import { loadInstance } from '../../workers/effects/mailbox';
+import worker from '../../workers/index';
 import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
 import { buildEvent, emu, installApp, submit, type TestApp } from '../lark/helpers';
 
@@ -67,6 +68,30 @@ export async function say(chat: Chat, text: string): Promise<string> {
   const res = await submit(chat.app.installationId, built.request);
   expect(res.status).toBe(200);
   return built.message_id!;
+}
+
+/**
+ * `say` through the Worker's handler with an execution context of the test's own, so the test
+ * can await what the webhook left in `waitUntil` (the host's wake-up and the Typing Add)
+ * instead of polling for its effects.
+ */
+export async function sayAwaitable(
+  chat: Chat,
+  text: string,
+): Promise<{ messageId: string; afterAnswer: Promise<void> }> {
+  const built = await buildEvent(chat.app, { message: { text, chat_id: chat.chatId, chat_type: 'group' } });
+  const ctx = createExecutionContext();
+  const res = await worker.fetch(
+    new Request(`http://test/lark/events/${chat.app.installationId}`, {
+      method: 'POST',
+      headers: built.request.headers,
+      body: built.request.body,
+    }),
+    env,
+    ctx,
+  );
+  expect(res.status).toBe(200);
+  return { messageId: built.message_id!, afterAnswer: waitOnExecutionContext(ctx) };
 }
 
 export const host = (chat: Chat) => actorHostStub(env, chat.sessionId);

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Deadline } from '../../workers/clock';
 import { LarkClient } from '../../workers/lark/client';
 import { LarkApiError } from '../../workers/lark/errors';
@@ -93,10 +93,22 @@ describe('LarkClient against the emulator', () => {
     // The lost create was applied: the reaction exists.
     const seen = await emu<{ items: unknown[] }>(`messages/${messageId}/reactions`);
     expect(seen.items).toHaveLength(1);
-    await emu('faults', { route: 'reactions.list', kind: 'latency', latencyMs: 1500 });
+    // Lark holds the list unanswered (until afterEach drops it): only the budget can end the
+    // call. The timer the client arms is observed, not timed: it must be the caller's 300 ms.
+    await emu('faults', { route: 'reactions.list', kind: 'hold' });
+    const timers = vi.spyOn(AbortSignal, 'timeout');
     const slow = await failure(lark.listReactions(messageId, {}, { deadline: new Deadline(300) }));
+    const armed = timers.mock.calls.map(([ms]) => ms);
+    timers.mockRestore();
     expect([slow.kind, slow.code]).toEqual(['retryable', 0]);
-    expect(slow.message).toMatch(/timed out/);
+    expect(slow.message).toMatch(
+      /^GET \/open-apis\/im\/v1\/messages\/:id\/reactions timed out after \d+ ms$/,
+    );
+    expect(armed).toHaveLength(1);
+    expect(armed[0]).toBeGreaterThan(0);
+    expect(armed[0]).toBeLessThanOrEqual(300);
+    const { held } = await emu<{ held: { route: string }[] }>('faults');
+    expect(held).toEqual([{ route: 'reactions.list' }]); // it reached Lark: in flight, not refused
   });
 
   it('refreshes an expired token once mid-run and retries', async () => {
@@ -121,14 +133,25 @@ describe('LarkClient against the emulator', () => {
     expect([err.kind, err.code]).toEqual(['retryable', 99991663]);
   });
 
-  it('reuses the cached token across calls (one token request)', async () => {
+  it('reuses the cached token across calls: one token request per app, each app its own token', async () => {
     clearTokenCache();
-    const { app, lark, messageId } = await client();
+    const a = await client();
+    const b = await client();
     await emu('calls', undefined, 'DELETE');
-    for (let i = 0; i < 3; i++) await lark.listReactions(messageId, {}, call());
-    const { calls } = await emu<{ calls: { route: string }[] }>('calls');
-    expect(calls.filter((c) => c.route === 'token')).toHaveLength(1);
-    expect(app.appId).toBeTruthy();
+    for (let i = 0; i < 3; i++) await a.lark.listReactions(a.messageId, {}, call());
+    for (let i = 0; i < 2; i++) await b.lark.listReactions(b.messageId, {}, call());
+    const { calls } = await emu<{ calls: { route: string; appId?: string; status: number }[] }>('calls');
+    // The emulator names the app a token belongs to on every authed call (token calls name none).
+    const list = (app: string) => ['reactions.list', app, 200];
+    expect(calls.map((c) => [c.route, c.appId ?? null, c.status])).toEqual([
+      ['token', null, 200],
+      list(a.app.appId),
+      list(a.app.appId),
+      list(a.app.appId),
+      ['token', null, 200],
+      list(b.app.appId),
+      list(b.app.appId),
+    ]);
   });
 
   it('reply deduplicates by uuid: a retried delivery posts once', async () => {

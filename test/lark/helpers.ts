@@ -1,4 +1,6 @@
+import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
+import worker from '../../workers/index';
 import { uid } from '../helpers/db';
 
 export const larkBase = () => env.LARK_API_BASE!;
@@ -18,15 +20,46 @@ export async function emu<T = unknown>(
   return (await res.json()) as T;
 }
 
-export function admin(path: string, init: { method?: string; body?: unknown; token?: string } = {}) {
-  return exports.default.fetch(`http://test/admin/lark/installations${path}`, {
+/**
+ * Resolves once the emulator holds `count` calls of `route` (a `hold` fault): they have
+ * arrived and wait unanswered. The emulator answers 408 after 10 s, which `emu` throws.
+ */
+export function untilHeld(route: string, count = 1): Promise<unknown> {
+  return emu('faults/held', { route, count });
+}
+
+/** Lets every held call proceed (`DELETE faults` drops them instead). */
+export function releaseHeld(): Promise<{ released: number }> {
+  return emu('faults/release', {});
+}
+
+/**
+ * The installations admin API. `logLevel` runs the request with that LOG_LEVEL binding (the
+ * test config says `warn`), for tests that read the info lines a route writes.
+ */
+export async function admin(
+  path: string,
+  init: { method?: string; body?: unknown; token?: string; logLevel?: 'debug' | 'info' } = {},
+): Promise<Response> {
+  const url = `http://test/admin/lark/installations${path}`;
+  const req: RequestInit = {
     method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
     headers: {
       authorization: `Bearer ${init.token ?? env.ADMIN_TOKEN!}`,
       'content-type': 'application/json',
     },
     body: init.body === undefined ? undefined : JSON.stringify(init.body),
-  });
+  };
+  if (!init.logLevel) return exports.default.fetch(url, req);
+  const ctx = createExecutionContext();
+  const res = await worker.fetch(new Request(url, req), { ...env, LOG_LEVEL: init.logLevel }, ctx);
+  await waitOnExecutionContext(ctx);
+  return res;
+}
+
+/** The stable error code of a JSON error answer. */
+export async function errorCode(res: Response): Promise<string | undefined> {
+  return ((await res.clone().json()) as { error?: { code?: string } }).error?.code;
 }
 
 export interface TestApp {

@@ -26,9 +26,8 @@ describe('url_verification', () => {
     const built = await buildEvent(app, { type: 'url_verification' });
     expect(built.request.body).toContain('"encrypt"');
     expect(built.request.headers['x-lark-signature']).toBeUndefined();
-    const started = Date.now();
     const res = await submit(app.installationId, built.request);
-    expect(Date.now() - started).toBeLessThan(1000);
+    expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ challenge: built.challenge });
   });
 

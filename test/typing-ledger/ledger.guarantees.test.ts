@@ -14,7 +14,7 @@ import {
   withdrawRow,
 } from '../../workers/typing-ledger';
 import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
-import { emu } from '../lark/helpers';
+import { emu, releaseHeld, untilHeld } from '../lark/helpers';
 import {
   captureLogs,
   keys,
@@ -47,15 +47,14 @@ async function install(workspaceId?: string): Promise<Installation> {
   return inst;
 }
 
-function settle(sessionId: string, cutoff: number, opts: { revision?: number; taskless?: boolean } = {}) {
+function settle(sessionId: string, cutoff: number, opts: { revision?: number } = {}) {
   return withTx(pool, { budgetMs: 3000 }, (tx) =>
     settleTurnInputs(tx, {
       sessionId,
       contextRevision: opts.revision ?? 0,
       cutoffPosition: cutoff,
       settledBy: 'turn:test',
-      outcome: opts.taskless ? 'taskless' : 'delivered',
-      taskless: opts.taskless,
+      outcome: 'delivered',
     }),
   );
 }
@@ -143,11 +142,14 @@ describe('Add, monotonic', () => {
     const messageId = await newMessage();
     const session = uid('s');
     const reg = await register(pool, inst, { sessionId: session, messageId, position: 1 });
-    await emu('faults', { route: 'reactions.create', kind: 'latency', latencyMs: 400 });
-    const adding = addTypingBadge(pool, reg);
+    // Lark holds the Add until released; its budget is raised so only the release ends it.
+    await emu('faults', { route: 'reactions.create', kind: 'hold' });
+    const adding = addTypingBadge(pool, reg, { addBudgetMs: 10_000 });
+    await untilHeld('reactions.create');
     // Another replica settles the turn while the Add is in flight.
     const ids = await settle(session, 1);
     expect(await withdrawAfterCommit(pool, keys(), ids)).toEqual({ [registeredId(reg)]: 'left_to_add' });
+    expect(await releaseHeld()).toEqual({ released: 1 });
     expect(await adding).toBe('withdrawn_after_add');
     const r = await row(pool, registeredId(reg));
     expect(r.settled_at).not.toBeNull();
@@ -300,21 +302,6 @@ describe('settlement', () => {
     });
     expect(await settle(session, 5, { revision: 0 })).toEqual([]);
     expect((await row(pool, registeredId(reg))).settled_at).toBeNull();
-  });
-
-  it('failed flush then taskless settlement before the Add registers: that input gets no Add, a later one does', async () => {
-    const inst = await install();
-    const session = uid('s');
-    await settle(session, 5, { taskless: true });
-    expect(
-      await register(pool, inst, { sessionId: session, messageId: await newMessage(), position: 5 }),
-    ).toEqual({
-      kind: 'skipped',
-      reason: 'already_settled',
-    });
-    expect(
-      (await register(pool, inst, { sessionId: session, messageId: await newMessage(), position: 6 })).kind,
-    ).toBe('registered');
   });
 });
 

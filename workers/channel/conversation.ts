@@ -148,7 +148,6 @@ function settle(
     messageIds: t.inputs.map((i) => i.messageId),
     anchorMessageId: t.anchorMessageId,
     outcome,
-    taskless: false,
     replyMessageId,
   };
   ctx.inCommit(async (tx) => {

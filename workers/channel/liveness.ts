@@ -10,7 +10,8 @@ import type { PoolClient } from '@neondatabase/serverless';
  * - no terminal turn covers the input: turns of a session run one at a time, so any turn of
  *   the input's revision with `cutoff_position >= position` and an outcome means the turn
  *   that consumed this input is over;
- * - no settlement cutoff covers it (a taskless settlement that preceded the Add).
+ * - no settlement cutoff covers it (written in the same transaction as the turn's outcome,
+ *   so this repeats the check above; kept while the settlement table is the ledger's record).
  */
 const INPUT_LIVE = `
 select exists (

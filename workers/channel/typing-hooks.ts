@@ -86,8 +86,6 @@ export interface TurnSettlement {
   /** The trigger: the message the reply answers (the newest input of the turn). */
   anchorMessageId: string;
   outcome: TurnOutcome;
-  /** True when no task ever ran for the turn (a flush that failed before its effect). */
-  taskless: boolean;
   /** The posted reply's message id, when delivered. */
   replyMessageId: string | null;
 }
@@ -145,7 +143,6 @@ export async function settleTurnInputs(tx: PoolClient, turn: TurnSettlement): Pr
     cutoffPosition: turn.cutoffPosition,
     settledBy: `turn:${turn.turnNo}`,
     outcome: turn.outcome,
-    taskless: turn.taskless,
   });
 }
 

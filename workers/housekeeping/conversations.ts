@@ -10,7 +10,7 @@ type Q = Pick<PoolClient, 'query'>;
  * collide or be misread:
  * - no input rows (lark_inbound_messages_session_position is unique per position);
  * - no turns, no live ledger rows and no settlement cutoffs of the session (a cutoff of the
- *   old numbering would settle a new input at birth);
+ *   old numbering would end a new input's badge right after its Add: channel/liveness.ts);
  * - no mailbox row at all for the actor instance (`in:<position>` keys would dedupe a new
  *   input away), no pending or processing effect it emitted;
  * - the actor instance is idle: no timer, no pending input, no running turn (its

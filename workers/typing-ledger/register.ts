@@ -30,7 +30,7 @@ export interface RegisterInput {
  */
 export type Registration =
   | { kind: 'registered'; id: string; messageId: string; installation: RegisteringInstallation }
-  | { kind: 'skipped'; reason: 'stale_message' | 'quota_full' | 'contended' | 'already_settled' };
+  | { kind: 'skipped'; reason: 'stale_message' | 'quota_full' | 'contended' };
 
 /** SQL expressions (parameters or columns of an earlier CTE) a registration is built from. */
 export interface RegisterSql {
@@ -53,10 +53,12 @@ export interface RegisterSql {
 }
 
 /**
- * The registration as CTEs (`typing_settled`, `typing_free`, `typing_ins`) so the webhook can
- * put it in the same statement as the input it belongs to. Refuse when a settlement already
- * covers this input (a taskless settlement can precede the registration), pick a random free
- * quota slot, insert with `on conflict do nothing`. The unique partial index on
+ * The registration as CTEs (`typing_free`, `typing_ins`) so the webhook can put it in the
+ * same statement as the input it belongs to: pick a random free quota slot, insert with
+ * `on conflict do nothing`. No settlement cutoff is checked: the same statement numbers the
+ * input, and a turn only covers inputs whose statement has committed, so no settlement can
+ * precede a registration (the spec's taskless settlement after a failed flush cannot happen
+ * here: typing-ledger/settle.ts). The unique partial index on
  * (workspace_id, quota_slot) arbitrates concurrent registrations: a loser waits for the
  * winner's commit and then inserts nothing. The same `do nothing` covers a message
  * registered twice (unique per installation and message). Read the outcome with
@@ -64,11 +66,7 @@ export interface RegisterSql {
  */
 export function registerCtes(x: RegisterSql): string {
   const from = x.from ? `, ${x.from}` : '';
-  return `typing_settled as (
-  select 1 from channel_typing_settlement st${from}
-  where ${x.gate} and st.session_id = ${x.sessionId} and st.context_revision = ${x.revision}
-    and st.cutoff_position >= ${x.position} limit 1
-), typing_free as (
+  return `typing_free as (
   select s from generate_series(1, ${QUOTA_SLOTS}) s
   where ${x.gate} and not exists (select 1 from channel_typing_reaction r
                                   where r.workspace_id = ${x.workspaceId} and r.quota_slot = s)
@@ -82,19 +80,16 @@ export function registerCtes(x: RegisterSql): string {
          case when ${x.createdAtMs}::bigint is null then null else to_timestamp(${x.createdAtMs}::bigint / 1000.0) end,
          ${x.sealed}, typing_free.s, app_now() + ${x.lifetimeMs} * interval '1 millisecond'
   from typing_free${from}
-  where not exists (select 1 from typing_settled)
   on conflict do nothing
   returning id
 )`;
 }
 
 export const REGISTER_RESULT_COLUMNS = `exists (select 1 from typing_ins) as typing_inserted,
-       exists (select 1 from typing_settled) as typing_settled,
        exists (select 1 from typing_free) as typing_has_free`;
 
 export interface RegisterResultRow {
   typing_inserted: boolean;
-  typing_settled: boolean;
   typing_has_free: boolean;
 }
 
@@ -134,7 +129,7 @@ export async function prepareRegistration(
   return { stale: false, id, sealed };
 }
 
-/** After the statement: what it decided. Every skip but `already_settled` is a warning. */
+/** After the statement: what it decided. Every skip is a warning. */
 export function registrationOutcome(
   r: RegisterResultRow,
   id: string,
@@ -142,7 +137,6 @@ export function registrationOutcome(
   inst: RegisteringInstallation,
 ): Registration {
   if (r.typing_inserted) return { kind: 'registered', id, messageId, installation: inst };
-  if (r.typing_settled) return { kind: 'skipped', reason: 'already_settled' };
   const reason = r.typing_has_free ? 'contended' : 'quota_full';
   // Spec: repeated quota skips are a capacity incident; never a credential in this line.
   log.warn('typing_add_skipped', { workspaceId: inst.workspaceId, installationId: inst.id, reason });

@@ -5,21 +5,24 @@ export interface TurnCutoff {
   contextRevision: number | bigint;
   /** The last input position the turn consumed (inclusive). */
   cutoffPosition: number | bigint;
-  /** Who settled (turn/effect id, or `flush:<...>` for a taskless settlement). */
+  /** Who settled (`turn:<n>`). */
   settledBy: string;
-  /** delivered | failed | retired | taskless | ... (free text, for operators). */
+  /** delivered | failed | retired | anchor_gone (free text, for operators). */
   outcome: string;
-  /** A settlement without a task: a failed flush settling the inputs it had persisted. */
-  taskless?: boolean;
 }
 
 /**
  * Settles every input of one turn, inside the actor's terminal transaction: all inputs of the
  * session up to the cutoff in that context revision (coalesced ones included) and only those.
  * A later input (position > cutoff) or another revision is never touched, and since this runs
- * in the caller's transaction a rollback authorizes nothing. The cutoff itself is kept, so an
- * input registered after it (a taskless settlement preceding the registration) is born
- * settled and gets no Add. Rows whose Add never placed a badge are cleaned right here.
+ * in the caller's transaction a rollback authorizes nothing. The cutoff itself is kept for the
+ * Add's revalidation (channel/liveness.ts). Rows whose Add never placed a badge are cleaned
+ * right here.
+ *
+ * Every settlement has a task: the engine persists a turn's cutoff in the same fenced commit
+ * that emits its reply, so no flush can fail between the two and leave inputs to settle
+ * taskless (the spec's failed-flush case). The settlement's `taskless` column (migration
+ * 0040) is therefore always false, and a settled row is no longer taskless.
  *
  * Returns the ids whose badges must be withdrawn once the transaction has committed
  * (`withdrawAfterCommit`).
@@ -29,19 +32,19 @@ export async function settleTurnInputs(tx: Q, cut: TurnCutoff): Promise<string[]
     `with cutoff as (
        insert into channel_typing_settlement
          (session_id, context_revision, cutoff_position, settled_by, outcome, taskless)
-       values ($1, $2, $3, $4, $5, $6)
+       values ($1, $2, $3, $4, $5, false)
        on conflict do nothing
      ), settled as (
        update channel_typing_reaction
        set settled_at = app_now(), settled_by = $4, settle_outcome = $5,
-           taskless = taskless and $6,
+           taskless = false,
            cleaned_at = case when add_state = 'not_added' then app_now() end,
            credential_snapshot = case when add_state = 'not_added' then null else credential_snapshot end,
            quota_slot = case when add_state = 'not_added' then null else quota_slot end,
            -- the retry pass picks up what the after-commit withdrawal does not finish; an
            -- Add still in flight gets its minute first
            next_attempt_at = case when add_state = 'pending'
-             then greatest(app_now(), created_at + $7 * interval '1 millisecond') else app_now() end,
+             then greatest(app_now(), created_at + $6 * interval '1 millisecond') else app_now() end,
            updated_at = app_now()
        where session_id = $1 and context_revision = $2 and input_position <= $3
          and settled_at is null and cleaned_at is null and abandoned_at is null
@@ -54,7 +57,6 @@ export async function settleTurnInputs(tx: Q, cut: TurnCutoff): Promise<string[]
       String(cut.cutoffPosition),
       cut.settledBy,
       cut.outcome,
-      cut.taskless ?? false,
       UNCERTAIN_SWEEP_AFTER_MS,
     ],
   );
