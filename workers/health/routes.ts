@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import type { AppEnv } from '../context';
+import { withTimeout } from '../lib/timeout';
 
 const HEALTH_BUDGET_MS = 2000;
 
@@ -8,10 +9,7 @@ export const health = new Hono<AppEnv>().get('/healthz', async (c) => {
   const started = Date.now();
   try {
     const pool = c.var.db();
-    await Promise.race([
-      pool.query('select 1'),
-      new Promise((_, reject) => setTimeout(() => reject(new Error('db timeout')), HEALTH_BUDGET_MS)),
-    ]);
+    await withTimeout(pool.query('select 1'), HEALTH_BUDGET_MS, () => new Error('db timeout'));
     return c.json({ status: 'ok', db: 'ok', latencyMs: Date.now() - started });
   } catch {
     return c.json({ status: 'degraded', db: 'down', latencyMs: Date.now() - started }, 503);

@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { z } from 'zod';
 import type { AppEnv } from '../context';
 import { AppError } from '../errors';
+import { readJsonBody } from '../lib/json-body';
 import { requireAdmin } from '../middleware';
 import { closeLegacyContract, getLegacyContractStatus } from './contract';
 import {
@@ -23,19 +24,6 @@ import { runReactionTx } from './run';
 const Id = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
 const Ids = z.array(Id).max(500);
 
-async function body<T extends z.ZodType>(
-  c: { req: { json(): Promise<unknown> } },
-  schema: T,
-): Promise<z.infer<T>> {
-  let raw: unknown;
-  try {
-    raw = await c.req.json();
-  } catch {
-    throw new AppError('bad_request', 'Body must be JSON');
-  }
-  return schema.parse(raw);
-}
-
 function id(raw: string): string {
   const parsed = Id.safeParse(raw);
   if (!parsed.success) throw new AppError('validation_failed', 'Malformed ID');
@@ -44,12 +32,12 @@ function id(raw: string): string {
 
 export const reactionAdmin = new Hono<AppEnv>()
   .put('/admin/workspaces/:id', requireAdmin(), async (c) => {
-    const b = await body(c, z.object({ name: z.string().max(200).optional() }).strict());
+    const b = await readJsonBody(c, z.object({ name: z.string().max(200).optional() }).strict());
     await upsertWorkspace(c.var.db(), { id: id(c.req.param('id')), name: b.name });
     return c.json({ ok: true });
   })
   .put('/admin/actors/:id', requireAdmin(), async (c) => {
-    const b = await body(
+    const b = await readJsonBody(
       c,
       z.object({ workspaceId: Id, displayName: z.string().max(200).optional() }).strict(),
     );
@@ -62,16 +50,19 @@ export const reactionAdmin = new Hono<AppEnv>()
     return c.json({ signedOutAt: new Date(at).toISOString() });
   })
   .put('/admin/conversations/:id', requireAdmin(), async (c) => {
-    const b = await body(c, z.object({ workspaceId: Id, title: z.string().max(500).optional() }).strict());
+    const b = await readJsonBody(
+      c,
+      z.object({ workspaceId: Id, title: z.string().max(500).optional() }).strict(),
+    );
     await upsertConversation(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
   })
   .post('/admin/conversations/:id/members', requireAdmin(), async (c) => {
-    const b = await body(c, z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict());
+    const b = await readJsonBody(c, z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict());
     return c.json(await setMembers(c.var.db(), id(c.req.param('id')), b.add, b.remove));
   })
   .put('/admin/messages/:id', requireAdmin(), async (c) => {
-    const b = await body(
+    const b = await readJsonBody(
       c,
       z
         .object({ conversationId: Id, authorActorId: Id.optional(), body: z.string().max(20_000).optional() })
