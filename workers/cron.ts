@@ -3,7 +3,7 @@ import type { Env } from './env';
 import { housekeepingEveryMinute } from './housekeeping/cron';
 import { log } from './log';
 
-type CronHandler = (env: Env, ctx: ExecutionContext, scheduledTime: number) => Promise<unknown>;
+type CronHandler = (env: Env, scheduledTime: number) => Promise<unknown>;
 
 /** Keeps the 30-second maintenance alarm armed; the cron itself fires at most once a minute. */
 async function everyMinute(env: Env): Promise<unknown> {
@@ -23,7 +23,7 @@ async function everyMinute(env: Env): Promise<unknown> {
 }
 
 /** Asks the retention owner for its hourly run; it decides whether it is enabled. */
-async function hourly(env: Env, _ctx: ExecutionContext, scheduledTime: number): Promise<unknown> {
+async function hourly(env: Env, scheduledTime: number): Promise<unknown> {
   const cleanup = env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('singleton'));
   return { retention: await cleanup.scheduledRun(scheduledTime) };
 }
@@ -33,7 +33,7 @@ export const CRON_HANDLERS: Record<string, CronHandler> = {
   '0 * * * *': hourly,
 };
 
-export async function dispatchCron(controller: ScheduledController, env: Env, ctx: ExecutionContext) {
+export async function dispatchCron(controller: ScheduledController, env: Env) {
   const handler = CRON_HANDLERS[controller.cron];
   if (!handler) {
     log.error('cron_unknown_expression', { cron: controller.cron });
@@ -41,7 +41,7 @@ export async function dispatchCron(controller: ScheduledController, env: Env, ct
   }
   const started = Date.now();
   try {
-    const result = await handler(env, ctx, controller.scheduledTime);
+    const result = await handler(env, controller.scheduledTime);
     log.info('cron_done', { cron: controller.cron, durationMs: Date.now() - started, result });
   } catch (err) {
     log.error('cron_failed', { cron: controller.cron, error: err });

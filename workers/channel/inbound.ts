@@ -33,7 +33,7 @@ export async function afterInboundAnswered(env: Env, config: Config, recorded: R
     actorHostStub(env, sessionId)
       .wake(sessionId)
       .catch((err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err })),
-    afterInputAnswered(env, config, { input: recorded.typing, registration: recorded.registration }).catch(
+    afterInputAnswered(config, { input: recorded.typing, registration: recorded.registration }).catch(
       (err: unknown) => log.error('channel_typing_after_answer_failed', { sessionId, error: err }),
     ),
   ]);
