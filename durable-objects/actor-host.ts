@@ -29,11 +29,6 @@ const EFFECT_BATCH = 20;
  */
 export const PUMP_RETRY_MS = 5000;
 
-/** Wakes the host of `instanceId` (idFromName of the instance id). */
-export function actorHostStub(env: Env, instanceId: string) {
-  return env.ACTOR_HOST.get(env.ACTOR_HOST.idFromName(instanceId));
-}
-
 /**
  * One per actor instance. `wake()` after every commit that gives the instance work: it
  * drains the mailbox into the actor's handler (one fenced commit per message), answers

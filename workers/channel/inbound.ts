@@ -1,4 +1,4 @@
-import { actorHostStub } from '../../durable-objects/actor-host';
+import { actorHostStub } from '../effects/actor-host-stub';
 import type { Config, Env } from '../env';
 import type { Installation } from '../installations/store';
 import type { MessageReceiveEvent } from '../lark/schemas';
