@@ -28,7 +28,7 @@ select
  * singleton owners' control state, and the legacy write contract. No identifiers of actors,
  * messages or conversations and no secret ever appear here.
  */
-export const adminStatus = new Hono<AppEnv>().get('/admin/status', requireAdmin(), async (c) => {
+export const adminStatus = new Hono<AppEnv>().get('/', requireAdmin(), async (c) => {
   const started = Date.now();
   const database = await withTx(c.var.db(), { budgetMs: 3000, maxAttempts: 1 }, async (tx) => ({
     backlog: (await tx.query(BACKLOG_QUERY, [COUNT_CAP])).rows[0],

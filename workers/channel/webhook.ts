@@ -26,7 +26,7 @@ const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
  * statement (accept.ts), and only then answers 200. Everything else is acknowledged and
  * ignored. Rejections are 4xx lark_* codes with nothing written.
  */
-export const webhook = new Hono<AppEnv>().post('/lark/events/:installationId', async (c) => {
+export const webhook = new Hono<AppEnv>().post('/:installationId', async (c) => {
   const receivedAtMs = c.var.clock.now();
   const declared = Number(c.req.header('content-length') ?? 0);
   if (declared > MAX_BODY_BYTES) throw new AppError('payload_too_large', 'Event body too large');

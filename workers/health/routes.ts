@@ -5,7 +5,7 @@ import { withTimeout } from '../lib/timeout';
 const HEALTH_BUDGET_MS = 2000;
 
 /** GET /healthz: the database as the Worker sees it, through the Neon driver. */
-export const health = new Hono<AppEnv>().get('/healthz', async (c) => {
+export const health = new Hono<AppEnv>().get('/', async (c) => {
   const started = Date.now();
   try {
     const pool = c.var.db();

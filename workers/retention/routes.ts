@@ -21,11 +21,11 @@ const EnableBody = z
 
 /** Admin routes of the retention cleanup owner (docs/retention.md). */
 export const retentionAdmin = new Hono<AppEnv>()
-  .post('/admin/retention/enable', requireAdmin(), async (c) => {
+  .post('/enable', requireAdmin(), async (c) => {
     const result = await retentionOwner(c.env).enable(await readJsonBody(c, EnableBody, { optional: true }));
     if (!result.enabled)
       throw new AppError('precondition_failed', result.reason, { prerequisites: result.prerequisites });
     return c.json(result);
   })
-  .post('/admin/retention/stop', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).stop()))
-  .get('/admin/retention/status', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).status()));
+  .post('/stop', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).stop()))
+  .get('/status', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).status()));
