@@ -30,11 +30,6 @@ const EFFECT_BATCH = 20;
  */
 export const PUMP_RETRY_MS = 5000;
 
-/** Wakes the host of `instanceId` (idFromName of the instance id). */
-export function actorHostStub(env: Env, instanceId: string) {
-  return env.ACTOR_HOST.get(env.ACTOR_HOST.idFromName(instanceId));
-}
-
 /**
  * One per actor instance. `wake()` after every commit that gives the instance work: it
  * drains the mailbox into the actor's handler (one fenced commit per message), answers
@@ -77,9 +72,11 @@ export class ActorHost extends DurableObject<Env> {
         } while (this.again);
         return total;
       } catch (err) {
-        await this.alarmClock.setNoLaterThan(Date.now() + PUMP_RETRY_MS).catch((armErr: unknown) =>
-          log.error('actor_host_retry_arm_failed', { instanceId, error: armErr }),
-        );
+        await this.alarmClock
+          .setNoLaterThan(Date.now() + PUMP_RETRY_MS)
+          .catch((armErr: unknown) =>
+            log.error('actor_host_retry_arm_failed', { instanceId, error: armErr }),
+          );
         throw err;
       } finally {
         this.pumping = null;

@@ -157,7 +157,6 @@ export class RetentionCleanup extends DurableObject<Env> {
     await this.ctx.storage.sync();
     log.info('retention_stop_acknowledged', { stopGeneration });
     store.disable();
-    await this.ctx.storage.deleteAlarm();
     const admitted = this.inFlight;
     let batch: StopResult['drained']['batch'] = null;
     if (admitted) {

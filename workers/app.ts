@@ -6,7 +6,7 @@ import { AppError } from './errors';
 import { health } from './health/routes';
 import { installations as larkInstallations } from './installations/routes';
 import { init, renderError } from './middleware';
-import { reactionAdmin } from './reaction-tickets/admin-routes';
+import { directoryAdmin, legacyContractAdmin } from './reaction-tickets/admin-routes';
 import { reactionApi } from './reaction-tickets/routes';
 import { retentionAdmin } from './retention/routes';
 import { typingAdmin } from './typing-ledger/admin-routes';
@@ -15,14 +15,15 @@ import { typingAdmin } from './typing-ledger/admin-routes';
 export function createApp() {
   const app = new Hono<AppEnv>();
   app.use('*', init());
-  app.route('/', health);
-  app.route('/', larkWebhook);
+  app.route('/healthz', health);
+  app.route('/lark/events', larkWebhook);
+  app.route('/v1', reactionApi);
+  app.route('/admin/status', adminStatus);
   app.route('/admin/lark/installations', larkInstallations);
-  app.route('/', reactionApi);
-  app.route('/', reactionAdmin);
-  app.route('/', retentionAdmin);
-  app.route('/', typingAdmin);
-  app.route('/', adminStatus);
+  app.route('/admin/typing-reactions', typingAdmin);
+  app.route('/admin/retention', retentionAdmin);
+  app.route('/admin/reaction-contract', legacyContractAdmin);
+  app.route('/admin', directoryAdmin);
   app.notFound((c) =>
     renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
   );

@@ -3,7 +3,7 @@ import type { Env } from './env';
 import { housekeepingEveryMinute } from './housekeeping/cron';
 import { log } from './log';
 
-type CronHandler = (env: Env, ctx: ExecutionContext, scheduledTime: number) => Promise<unknown>;
+type CronHandler = (env: Env, scheduledTime: number) => Promise<unknown>;
 
 /**
  * One minute-cron step. Its failure is logged once under the step's own event name (with
@@ -33,7 +33,7 @@ async function everyMinute(env: Env): Promise<unknown> {
 }
 
 /** Asks the retention owner for its hourly run; it decides whether it is enabled. */
-async function hourly(env: Env, _ctx: ExecutionContext, scheduledTime: number): Promise<unknown> {
+async function hourly(env: Env, scheduledTime: number): Promise<unknown> {
   const cleanup = env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('singleton'));
   return { retention: await cleanup.scheduledRun(scheduledTime) };
 }
@@ -43,7 +43,7 @@ export const CRON_HANDLERS: Record<string, CronHandler> = {
   '0 * * * *': hourly,
 };
 
-export async function dispatchCron(controller: ScheduledController, env: Env, ctx: ExecutionContext) {
+export async function dispatchCron(controller: ScheduledController, env: Env) {
   const handler = CRON_HANDLERS[controller.cron];
   if (!handler) {
     log.error('cron_unknown_expression', { cron: controller.cron });
@@ -51,7 +51,7 @@ export async function dispatchCron(controller: ScheduledController, env: Env, ct
   }
   const started = Date.now();
   try {
-    const result = await handler(env, ctx, controller.scheduledTime);
+    const result = await handler(env, controller.scheduledTime);
     log.info('cron_done', { cron: controller.cron, durationMs: Date.now() - started, result });
   } catch (err) {
     // Only the hourly handler can get here (the minute steps are isolated). Rethrown so the

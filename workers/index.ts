@@ -9,5 +9,6 @@ export { WorkspaceQuota } from '../durable-objects/workspace-quota';
 
 export default {
   fetch: app.fetch,
-  scheduled: (controller, env, ctx) => dispatchCron(controller, env, ctx),
+  // Every cron step is awaited, so the ExecutionContext (waitUntil) is not needed.
+  scheduled: (controller, env, _ctx) => dispatchCron(controller, env),
 } satisfies ExportedHandler<Env>;

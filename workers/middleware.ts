@@ -7,6 +7,7 @@ import type { AppEnv } from './context';
 import { openPool } from './db/pool';
 import { loadConfig } from './env';
 import { AppError, type ErrorBody } from './errors';
+import { constantTimeEqual } from './lib/constant-time';
 import { log, setLogLevel } from './log';
 
 /** Builds the per-request services. A bad environment fails here, before any route. */
@@ -42,19 +43,10 @@ export function init(): MiddlewareHandler<AppEnv> {
 export function requireAdmin(): MiddlewareHandler<AppEnv> {
   return async function requireAdmin(c, next) {
     const given = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? '';
-    if (!timingSafeEqual(given, c.var.config.ADMIN_TOKEN))
+    if (!constantTimeEqual(given, c.var.config.ADMIN_TOKEN))
       throw new AppError('unauthorized', 'Admin token required');
     await next();
   };
-}
-
-export function timingSafeEqual(a: string, b: string): boolean {
-  const enc = new TextEncoder();
-  const x = enc.encode(a);
-  const y = enc.encode(b);
-  let diff = x.length ^ y.length;
-  for (let i = 0; i < Math.max(x.length, y.length); i++) diff |= (x[i] ?? 0) ^ (y[i] ?? 0);
-  return diff === 0;
 }
 
 /** Renders every failure as the one error shape; unknown errors never leak detail. */

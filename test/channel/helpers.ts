@@ -2,9 +2,9 @@ import { createExecutionContext, runDurableObjectAlarm, waitOnExecutionContext }
 import { env } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, afterEach, beforeAll, expect } from 'vitest';
-import { actorHostStub } from '../../durable-objects/actor-host';
 import { setAgentOverride } from '../../workers/agents';
 import type { ConversationState } from '../../workers/channel/conversation';
+import { actorHostStub } from '../../workers/effects/actor-host-stub';
 import '../../workers/channel/engine';
 import { sessionIdOf } from '../../workers/channel/session';
 import { type TurnRow, turnsOf } from '../../workers/channel/turns';

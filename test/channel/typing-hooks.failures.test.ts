@@ -48,7 +48,7 @@ describe('the post-answer Typing Add never fails silently', () => {
     const reg = await register(pool, inst, { sessionId, messageId, position: 1 });
     if (reg.kind !== 'registered') throw new Error(`not registered: ${reg.reason}`);
     const logs = captureLogLines();
-    await afterInputAnswered(env, loadConfig(env), {
+    await afterInputAnswered(loadConfig(env), {
       input: {
         sessionId,
         installationId: inst.id,

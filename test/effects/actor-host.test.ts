@@ -1,8 +1,8 @@
 import { runDurableObjectAlarm } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { actorHostStub } from '../../durable-objects/actor-host';
 import { withTx } from '../../workers/db/tx';
+import { actorHostStub } from '../../workers/effects/actor-host-stub';
 import { enqueueMessage, ensureInstance, loadInstance } from '../../workers/effects/mailbox';
 import { registerProcess } from '../../workers/effects/processes';
 import { effectRegistry } from '../../workers/effects/registry';

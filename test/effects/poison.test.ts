@@ -1,7 +1,7 @@
 import { runDurableObjectAlarm } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
-import { actorHostStub } from '../../durable-objects/actor-host';
+import { actorHostStub } from '../../workers/effects/actor-host-stub';
 import { enqueueMessage, ensureInstance, loadInstance, pruneMailbox } from '../../workers/effects/mailbox';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance } from '../../workers/effects/runner';

@@ -1,7 +1,7 @@
-import { env } from 'cloudflare:workers';
+import { env, exports } from 'cloudflare:workers';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testPool } from '../helpers/db';
-import { call, DAY_MS, issue, opId, seedWorld, snapshot, tokenFor } from './helpers';
+import { call, DAY_MS, issue, opId, seedWorld, snapshot, ticketFor, tokenFor } from './helpers';
 
 const pool = testPool();
 afterAll(() => pool.end());
@@ -88,6 +88,36 @@ describe('POST /v1/reaction-tickets', () => {
     );
     expect(rows[0].n).toBe(0);
     expect(await snapshot(pool, w.messages[0]!, w.actors[0]!)).toEqual(before);
+  });
+  it('a body not sent as JSON is 400 bad_request on every /v1 write and writes nothing', async () => {
+    const w = await seedWorld();
+    const m = w.messages[0]!;
+    const op = opId();
+    const ticket = await ticketFor(w.tokens[0]!, op, { messageId: m, emoji: '👍', desired: 'present' });
+    const before = await snapshot(pool, m, w.actors[0]!);
+    const intent = { messageId: m, emoji: '👍', desired: 'present' };
+    const send = (method: string, path: string, body: string, type?: string) => {
+      const headers: Record<string, string> = { authorization: `Bearer ${w.tokens[0]}` };
+      if (type) headers['content-type'] = type;
+      return exports.default.fetch(`http://test${path}`, { method, headers, body });
+    };
+    const cases: [string, string, string, string | undefined][] = [
+      ['POST', '/v1/reaction-tickets', JSON.stringify({ operationId: opId(), ...intent }), 'text/plain'],
+      ['POST', '/v1/reaction-tickets', '{not json', 'application/json'],
+      // Must not read as `{}`: that is a retirement without its ticket (the legacy path).
+      ['POST', `/v1/reaction-operations/${op}/retire`, JSON.stringify({ ticket }), 'text/plain'],
+      ['PUT', `/v1/reaction-operations/${op}`, JSON.stringify({ ...intent, ticket }), undefined],
+      ['POST', `/v1/messages/${m}/reactions/toggle`, JSON.stringify({ emoji: '👍' }), 'text/plain'],
+    ];
+    for (const [method, path, body, type] of cases) {
+      const res = await send(method, path, body, type);
+      const reply = (await res.json()) as { error: { code: string } };
+      expect({ status: res.status, code: reply.error.code }, `${method} ${path} ${type}`).toEqual({
+        status: 400,
+        code: 'bad_request',
+      });
+    }
+    expect(await snapshot(pool, m, w.actors[0]!)).toEqual(before);
   });
 });
 

@@ -19,5 +19,5 @@ effectRegistry
       return { debounceMs, maxDebounceMs: Math.max(debounceMs * 4, debounceMs + 1000) };
     }),
   )
-  .registerEffect(replyExecutor({ env: bindings, config }))
-  .registerEffect(settledExecutor({ env: bindings, config }));
+  .registerEffect(replyExecutor({ config }))
+  .registerEffect(settledExecutor({ config }));

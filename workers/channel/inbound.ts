@@ -1,4 +1,4 @@
-import { actorHostStub } from '../../durable-objects/actor-host';
+import { actorHostStub } from '../effects/actor-host-stub';
 import type { Config, Env } from '../env';
 import type { Installation } from '../installations/store';
 import type { MessageReceiveEvent } from '../lark/schemas';
@@ -34,6 +34,6 @@ export async function afterInboundAnswered(env: Env, config: Config, recorded: R
       .wake(sessionId)
       .catch((err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err })),
     // Never throws: it logs its own failures (`typing_add_error`).
-    afterInputAnswered(env, config, { input: recorded.typing, registration: recorded.registration }),
+    afterInputAnswered(config, { input: recorded.typing, registration: recorded.registration }),
   ]);
 }

@@ -2,7 +2,7 @@ import { agentFor } from '../agents';
 import { Deadline } from '../clock';
 import { withDb } from '../db/pool';
 import type { ClaimedEffect, EffectExecutor } from '../effects/registry';
-import type { Config, Env } from '../env';
+import type { Config } from '../env';
 import { loadInstallation } from '../installations/store';
 import { LarkClient } from '../lark/client';
 import { LarkApiError } from '../lark/errors';
@@ -19,7 +19,6 @@ export function deliveryUuid(args: Pick<ReplyArgs, 'deliveryKey'>, effectId: str
 }
 
 export interface ChannelDeps {
-  env: () => Env;
   config: () => Config;
   /** Overrides fetch for the Lark client (tests, benchmarks). */
   fetch?: typeof fetch;
@@ -95,7 +94,7 @@ export function settledExecutor(deps: ChannelDeps): EffectExecutor {
     kind: SETTLED_KIND,
     timeoutMs: 15_000,
     async run(effect: ClaimedEffect) {
-      await afterTurnSettled(deps.env(), deps.config(), effect.args as TurnSettlement);
+      await afterTurnSettled(deps.config(), effect.args as TurnSettlement);
       return { ok: true };
     },
   };

@@ -1,6 +1,6 @@
 import type { PoolClient } from '@neondatabase/serverless';
 import { withDb } from '../db/pool';
-import type { Config, Env } from '../env';
+import type { Config } from '../env';
 import { type Installation, loadInstallation } from '../installations/store';
 import { log } from '../log';
 import * as ledger from '../typing-ledger';
@@ -95,7 +95,7 @@ export interface TurnSettlement {
  * here. Opens its own pool (the request's is ending); never throws: a failure the ledger
  * did not handle itself is logged once as `typing_add_error` with its class.
  */
-export async function afterInputAnswered(_env: Env, config: Config, answered: AnsweredInput): Promise<void> {
+export async function afterInputAnswered(config: Config, answered: AnsweredInput): Promise<void> {
   const { input, registration } = answered;
   if (!registration.sendAdd || !registration.ledgerId) return;
   await withDb(config, (pool) =>
@@ -151,7 +151,7 @@ export async function settleTurnInputs(tx: PoolClient, turn: TurnSettlement): Pr
  * attempts): withdraw the badges of the settled inputs precisely by reaction id. Opens its
  * own pool. Throwing schedules a retry; the ledger's maintenance passes remain the backstop.
  */
-export async function afterTurnSettled(_env: Env, config: Config, turn: TurnSettlement): Promise<void> {
+export async function afterTurnSettled(config: Config, turn: TurnSettlement): Promise<void> {
   await withDb(config, async (pool) => {
     const ids = await ledger.settledRowIds(pool, turn);
     const results = await ledger.withdrawAfterCommit(pool, config.SECRET_KEYS, ids);

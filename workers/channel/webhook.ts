@@ -18,8 +18,6 @@ import { afterInboundAnswered, type InboundMessage, type RecordedInput } from '.
 const WEBHOOK_DB_BUDGET_MS = 1500;
 const MAX_BODY_BYTES = 256 * 1024;
 const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
-/** Lark retries for about 7.1 h; receipts are kept 24 h, well past that. */
-export const RECEIPT_RETENTION_MS = 24 * 3600_000;
 
 /**
  * POST /lark/events/:installationId: Lark's event webhook. Verifies (workers/lark/verify.ts),
@@ -28,7 +26,7 @@ export const RECEIPT_RETENTION_MS = 24 * 3600_000;
  * statement (accept.ts), and only then answers 200. Everything else is acknowledged and
  * ignored. Rejections are 4xx lark_* codes with nothing written.
  */
-export const webhook = new Hono<AppEnv>().post('/lark/events/:installationId', async (c) => {
+export const webhook = new Hono<AppEnv>().post('/:installationId', async (c) => {
   const receivedAtMs = c.var.clock.now();
   const declared = Number(c.req.header('content-length') ?? 0);
   if (declared > MAX_BODY_BYTES) throw new AppError('payload_too_large', 'Event body too large');
@@ -108,17 +106,4 @@ function runAfterAnswer(
   } catch {
     // No execution context (a direct app.request in a unit test): the task still runs.
   }
-}
-
-/** Deletes receipts older than the retention, at most `limit` per call (oldest first). */
-export async function pruneEventReceipts(q: Pick<Pool, 'query'>, limit = 1000): Promise<number> {
-  const { rowCount } = await q.query(
-    `delete from lark_event_receipts r
-     using (select installation_id, event_id from lark_event_receipts
-            where received_at < app_now() - $1 * interval '1 millisecond'
-            order by received_at limit $2) old
-     where r.installation_id = old.installation_id and r.event_id = old.event_id`,
-    [RECEIPT_RETENTION_MS, limit],
-  );
-  return rowCount ?? 0;
 }

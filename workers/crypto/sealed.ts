@@ -1,3 +1,5 @@
+import { fromBase64, toBase64 } from '../lib/base64';
+
 /**
  * Secrets at rest: AES-256-GCM under versioned keys from the SECRET_KEYS binding.
  *
@@ -12,23 +14,10 @@ const enc = new TextEncoder();
 const dec = new TextDecoder();
 const keyCache = new Map<string, Promise<CryptoKey>>();
 
-function b64(bytes: Uint8Array): string {
-  let s = '';
-  for (const b of bytes) s += String.fromCharCode(b);
-  return btoa(s);
-}
-
-function unb64(text: string): Uint8Array<ArrayBuffer> {
-  const raw = atob(text);
-  const out = new Uint8Array(raw.length);
-  for (let i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
-  return out;
-}
-
 function importKey(material: string): Promise<CryptoKey> {
   let key = keyCache.get(material);
   if (!key) {
-    const bytes = unb64(material);
+    const bytes = fromBase64(material);
     if (bytes.length !== 32) throw new Error('secret key must be 32 bytes of base64');
     key = crypto.subtle.importKey('raw', bytes, 'AES-GCM', false, ['encrypt', 'decrypt']);
     keyCache.set(material, key);
@@ -51,7 +40,7 @@ export async function seal(keys: KeyRing, plaintext: string, boundTo: string): P
     key,
     enc.encode(plaintext),
   );
-  return `v${version}.${b64(iv)}.${b64(new Uint8Array(ct))}`;
+  return `v${version}.${toBase64(iv)}.${toBase64(new Uint8Array(ct))}`;
 }
 
 export class SealedValueError extends Error {}
@@ -63,9 +52,9 @@ export async function unseal(keys: KeyRing, sealed: string, boundTo: string): Pr
   if (!material || !ivText || !ctText) throw new SealedValueError('sealed value uses an unknown key version');
   try {
     const pt = await crypto.subtle.decrypt(
-      { name: 'AES-GCM', iv: unb64(ivText), additionalData: enc.encode(boundTo) },
+      { name: 'AES-GCM', iv: fromBase64(ivText), additionalData: enc.encode(boundTo) },
       await importKey(material),
-      unb64(ctText),
+      fromBase64(ctText),
     );
     return dec.decode(pt);
   } catch {

@@ -1,9 +1,9 @@
 import type { Pool } from '@neondatabase/serverless';
-import { actorHostStub } from '../../durable-objects/actor-host';
 import { withDb } from '../db/pool';
 import { withTx } from '../db/tx';
 import { type Env, loadConfig } from '../env';
 import { log } from '../log';
+import { actorHostStub } from './actor-host-stub';
 import { effectConfigFrom } from './host-config';
 import { instancesWithWork, pruneMailbox, unrunnableInstancesWithWork } from './mailbox';
 import { pruneProcesses } from './processes';

@@ -1,14 +1,5 @@
 import { EFFECT_PROTOCOL_VERSION, type Queryable } from './types';
 
-export interface ProcessRow {
-  id: string;
-  role: string;
-  protocol_version: number;
-  heartbeat_at_ms: string;
-  started_at_ms: string;
-  stopped_at_ms: string | null;
-}
-
 /** Registers a process that may claim effects; returns its id (the claim owner). */
 export async function registerProcess(
   q: Queryable,

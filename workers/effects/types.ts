@@ -61,9 +61,6 @@ export interface MailboxRow {
   attempts?: number;
 }
 
-/** Delivery state of a mailbox message: `dead` is terminal (never redelivered, pruned later). */
-export type MailboxState = 'pending' | 'delivered' | 'dead';
-
 /** Runtime settings; every field has a production default (see `effectConfig`). */
 export interface EffectRuntimeConfig {
   /** Runtime liveness floor: an owner silent this long is stale (per-effect overrides only lengthen it). */

@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { z } from 'zod';
 import type { AppEnv } from '../context';
 import { AppError } from '../errors';
+import { readJsonBody } from '../lib/json-body';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
 import {
@@ -39,29 +40,11 @@ const Rotate = z
   })
   .refine((r) => Object.keys(r).length > 0, 'nothing to rotate');
 
-async function body<T extends z.ZodType>(req: Request, schema: T): Promise<z.infer<T>> {
-  let raw: unknown;
-  try {
-    raw = await req.json();
-  } catch {
-    throw new AppError('bad_request', 'Body must be JSON');
-  }
-  const parsed = schema.safeParse(raw);
-  // Issues name the field and the rule, never the value (it may be a secret).
-  if (!parsed.success)
-    throw new AppError(
-      'validation_failed',
-      'Request validation failed',
-      parsed.error.issues.map((i) => ({ path: i.path, message: i.message })),
-    );
-  return parsed.data;
-}
-
 /** Admin API for Lark installations; secrets go in, never come out. */
 export const installations = new Hono<AppEnv>()
   .use('*', requireAdmin())
   .post('/', async (c) => {
-    const input = await body(c.req.raw, Register);
+    const input = await readJsonBody(c, Register);
     const keys = c.var.config.SECRET_KEYS;
     const row = await insertInstallation(c.var.db(), keys, {
       workspaceId: input.workspace_id,
@@ -84,7 +67,7 @@ export const installations = new Hono<AppEnv>()
     return c.json({ installation: publicView(row) });
   })
   .post('/:id/rotate', async (c) => {
-    const input = await body(c.req.raw, Rotate);
+    const input = await readJsonBody(c, Rotate);
     const row = await rotateInstallation(c.var.db(), c.var.config.SECRET_KEYS, c.req.param('id'), {
       apiBase: input.api_base,
       appSecret: input.app_secret,

@@ -1,3 +1,6 @@
+import { fromBase64, toBase64 } from '../lib/base64';
+import { constantTimeEqual } from '../lib/constant-time';
+
 /**
  * Lark event crypto with WebCrypto only, so it runs unchanged in workerd and Node.
  *
@@ -22,13 +25,6 @@ export async function sha256(bytes: Uint8Array): Promise<Uint8Array<ArrayBuffer>
   return new Uint8Array(await crypto.subtle.digest('SHA-256', own));
 }
 
-/** Constant-time comparison of two byte strings (length leaks, content does not). */
-export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
-  let diff = a.length ^ b.length;
-  for (let i = 0; i < Math.max(a.length, b.length); i++) diff |= (a[i] ?? 0) ^ (b[i] ?? 0);
-  return diff === 0;
-}
-
 export async function computeSignature(
   timestamp: string,
   nonce: string,
@@ -51,7 +47,7 @@ export async function signatureMatches(
   rawBody: Uint8Array,
 ): Promise<boolean> {
   const expected = await computeSignature(timestamp, nonce, encryptKey, rawBody);
-  return bytesEqual(enc.encode(given.toLowerCase()), enc.encode(expected));
+  return constantTimeEqual(given.toLowerCase(), expected);
 }
 
 /**
@@ -77,25 +73,12 @@ function cbcKey(encryptKey: string): Promise<CryptoKey> {
   return key;
 }
 
-function unb64(text: string): Uint8Array<ArrayBuffer> {
-  const raw = atob(text);
-  const out = new Uint8Array(raw.length);
-  for (let i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
-  return out;
-}
-
-function b64(bytes: Uint8Array): string {
-  let s = '';
-  for (const b of bytes) s += String.fromCharCode(b);
-  return btoa(s);
-}
-
 export class DecryptError extends Error {}
 
 /** Decrypts an `encrypt` field. Any failure (base64, padding, UTF-8) is a DecryptError. */
 export async function decryptEvent(encrypted: string, encryptKey: string): Promise<string> {
   try {
-    const bytes = unb64(encrypted);
+    const bytes = fromBase64(encrypted);
     if (bytes.length < 32 || bytes.length % 16 !== 0) throw new Error('bad length');
     const pt = await crypto.subtle.decrypt(
       { name: 'AES-CBC', iv: bytes.slice(0, 16) },
@@ -117,5 +100,5 @@ export async function encryptEvent(plaintext: string, encryptKey: string): Promi
   const out = new Uint8Array(16 + ct.length);
   out.set(iv, 0);
   out.set(ct, 16);
-  return b64(out);
+  return toBase64(out);
 }

@@ -1,5 +1,5 @@
 import { AppError } from '../errors';
-import { timingSafeEqual } from '../middleware';
+import { constantTimeEqual } from '../lib/constant-time';
 import { DecryptError, decryptEvent, signatureMatches, timestampSkewMs } from './crypto';
 import { EncryptedBody, EventEnvelope, LegacyEventEnvelope, UrlVerification } from './schemas';
 
@@ -97,5 +97,6 @@ export async function openDelivery(
 }
 
 function checkToken(given: string, expected: string): void {
-  if (!timingSafeEqual(given, expected)) throw reject('lark_bad_token', 'Verification token does not match');
+  if (!constantTimeEqual(given, expected))
+    throw reject('lark_bad_token', 'Verification token does not match');
 }

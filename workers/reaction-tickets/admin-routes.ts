@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { z } from 'zod';
 import type { AppEnv } from '../context';
 import { AppError } from '../errors';
+import { readJsonBody } from '../lib/json-body';
 import { requireAdmin } from '../middleware';
 import { closeLegacyContract, getLegacyContractStatus } from './contract';
 import {
@@ -15,26 +16,13 @@ import {
 import { runReactionTx } from './run';
 
 /**
- * /admin routes the chat platform uses to upsert its directory (workspaces, actors,
- * conversations, members, messages), end an actor's sessions, and close the legacy
- * write contract. Each route carries requireAdmin() itself, so nothing leaks onto other
- * features' /admin paths.
+ * Admin routes the chat platform uses to upsert its directory (workspaces, actors,
+ * conversations, members, messages) and end an actor's sessions, mounted at /admin; and the
+ * legacy write contract, mounted at /admin/reaction-contract. Each directory route carries
+ * requireAdmin() itself, so nothing leaks onto other features' /admin paths.
  */
 const Id = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
 const Ids = z.array(Id).max(500);
-
-async function body<T extends z.ZodType>(
-  c: { req: { json(): Promise<unknown> } },
-  schema: T,
-): Promise<z.infer<T>> {
-  let raw: unknown;
-  try {
-    raw = await c.req.json();
-  } catch {
-    throw new AppError('bad_request', 'Body must be JSON');
-  }
-  return schema.parse(raw);
-}
 
 function id(raw: string): string {
   const parsed = Id.safeParse(raw);
@@ -42,36 +30,39 @@ function id(raw: string): string {
   return parsed.data;
 }
 
-export const reactionAdmin = new Hono<AppEnv>()
-  .put('/admin/workspaces/:id', requireAdmin(), async (c) => {
-    const b = await body(c, z.object({ name: z.string().max(200).optional() }).strict());
+export const directoryAdmin = new Hono<AppEnv>()
+  .put('/workspaces/:id', requireAdmin(), async (c) => {
+    const b = await readJsonBody(c, z.object({ name: z.string().max(200).optional() }).strict());
     await upsertWorkspace(c.var.db(), { id: id(c.req.param('id')), name: b.name });
     return c.json({ ok: true });
   })
-  .put('/admin/actors/:id', requireAdmin(), async (c) => {
-    const b = await body(
+  .put('/actors/:id', requireAdmin(), async (c) => {
+    const b = await readJsonBody(
       c,
       z.object({ workspaceId: Id, displayName: z.string().max(200).optional() }).strict(),
     );
     await upsertActor(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
   })
-  .post('/admin/actors/:id/sign-out', requireAdmin(), async (c) => {
+  .post('/actors/:id/sign-out', requireAdmin(), async (c) => {
     const at = await signOutActor(c.var.db(), id(c.req.param('id')));
     if (!at) throw new AppError('not_found', 'Actor not found');
     return c.json({ signedOutAt: new Date(at).toISOString() });
   })
-  .put('/admin/conversations/:id', requireAdmin(), async (c) => {
-    const b = await body(c, z.object({ workspaceId: Id, title: z.string().max(500).optional() }).strict());
+  .put('/conversations/:id', requireAdmin(), async (c) => {
+    const b = await readJsonBody(
+      c,
+      z.object({ workspaceId: Id, title: z.string().max(500).optional() }).strict(),
+    );
     await upsertConversation(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
   })
-  .post('/admin/conversations/:id/members', requireAdmin(), async (c) => {
-    const b = await body(c, z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict());
+  .post('/conversations/:id/members', requireAdmin(), async (c) => {
+    const b = await readJsonBody(c, z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict());
     return c.json(await setMembers(c.var.db(), id(c.req.param('id')), b.add, b.remove));
   })
-  .put('/admin/messages/:id', requireAdmin(), async (c) => {
-    const b = await body(
+  .put('/messages/:id', requireAdmin(), async (c) => {
+    const b = await readJsonBody(
       c,
       z
         .object({ conversationId: Id, authorActorId: Id.optional(), body: z.string().max(20_000).optional() })
@@ -79,11 +70,11 @@ export const reactionAdmin = new Hono<AppEnv>()
     );
     await upsertMessage(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
-  })
-  .get('/admin/reaction-contract', requireAdmin(), async (c) =>
-    c.json(await getLegacyContractStatus(c.var.db())),
-  )
-  .post('/admin/reaction-contract/legacy/close', requireAdmin(), async (c) => {
+  });
+
+export const legacyContractAdmin = new Hono<AppEnv>()
+  .get('/', requireAdmin(), async (c) => c.json(await getLegacyContractStatus(c.var.db())))
+  .post('/legacy/close', requireAdmin(), async (c) => {
     const status = await runReactionTx(c.var.db(), c.var.config, (client) =>
       closeLegacyContract(client, `admin:${c.var.requestId}`),
     );

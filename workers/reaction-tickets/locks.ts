@@ -7,9 +7,6 @@ import type { Queryable } from './types';
  * which serializes every reaction change of one message (its reaction_version bumps).
  * Tests hold these from another connection with the same SQL.
  */
-export const OPERATION_LOCK_NS = 720_101;
-export const RETIREMENT_LOCK_NS = 720_102;
-
 export const OPERATION_LOCK_SQL = "select pg_advisory_xact_lock(720101, hashtext($1 || '/' || $2))";
 export const RETIREMENT_LOCK_SQL = "select pg_advisory_xact_lock(720102, hashtext($1 || '/' || $2))";
 // Time must not ride along in this statement: its target list is computed before the row

@@ -1,6 +1,7 @@
 import type { ReserveResult } from '../../durable-objects/workspace-quota';
 import type { Config, Env } from '../env';
 import { AppError } from '../errors';
+import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { outstandingOperations } from './tickets';
 import type { Queryable } from './types';
@@ -8,13 +9,8 @@ import type { Queryable } from './types';
 /** The Worker side of the WorkspaceQuota protocol: every call has a timeout. */
 const DO_TIMEOUT_MS = 2000;
 
-function withTimeout<T>(p: Promise<T>, what: string): Promise<T> {
-  return Promise.race([
-    p,
-    new Promise<T>((_, reject) =>
-      setTimeout(() => reject(new AppError('service_unavailable', `${what} timed out`)), DO_TIMEOUT_MS),
-    ),
-  ]);
+function bounded<T>(p: Promise<T>, what: string): Promise<T> {
+  return withTimeout(p, DO_TIMEOUT_MS, () => new AppError('service_unavailable', `${what} timed out`));
 }
 
 function stub(env: Env, workspaceId: string) {
@@ -42,11 +38,11 @@ export async function reserveIssuance(
     maxOutstanding: config.REACTION_TICKET_MAX_OUTSTANDING,
     ratePerMinute: config.REACTION_TICKET_RATE_PER_MINUTE,
   };
-  let result: ReserveResult = await withTimeout<ReserveResult>(quota.reserveTicket(input), 'quota');
+  let result: ReserveResult = await bounded<ReserveResult>(quota.reserveTicket(input), 'quota');
   if (!result.ok && result.reason === 'outstanding') {
     const live = await outstandingOperations(db, actorId);
-    const dropped = await withTimeout<number>(quota.reconcileOutstanding(actorId, live), 'quota');
-    if (dropped > 0) result = await withTimeout<ReserveResult>(quota.reserveTicket(input), 'quota');
+    const dropped = await bounded<number>(quota.reconcileOutstanding(actorId, live), 'quota');
+    if (dropped > 0) result = await bounded<ReserveResult>(quota.reserveTicket(input), 'quota');
   }
   if (!result.ok) {
     const code = result.reason === 'rate' ? 'rate_limited' : 'quota_exceeded';
@@ -64,7 +60,7 @@ export async function reserveIssuance(
 /** Frees the slot of an operation that applied, retired or was refused. Best effort. */
 export async function releaseIssuance(env: Env, workspaceId: string, actorId: string, operationId: string) {
   try {
-    await withTimeout(stub(env, workspaceId).releaseTicket(actorId, operationId), 'quota release');
+    await bounded(stub(env, workspaceId).releaseTicket(actorId, operationId), 'quota release');
   } catch (err) {
     log.warn('quota_release_failed', { workspaceId, error: err });
   }

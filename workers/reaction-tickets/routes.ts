@@ -31,7 +31,7 @@ reactionApi.openAPIRegistry.registerComponent('securitySchemes', 'actorBearer', 
   scheme: 'bearer',
   bearerFormat: 'JWT',
 });
-for (const path of ['/v1/reaction-tickets', '/v1/reaction-operations/*', '/v1/messages/*']) {
+for (const path of ['/reaction-tickets', '/reaction-operations/*', '/messages/*']) {
   reactionApi.use(path, requireActor());
   reactionApi.use(
     path,
@@ -60,7 +60,7 @@ async function ticketIdOf(keys: Record<string, string>, token: string): Promise<
 reactionApi.openapi(
   createRoute({
     method: 'post',
-    path: '/v1/reaction-tickets',
+    path: '/reaction-tickets',
     summary: 'Issue an operation ticket bound to the actor, operation ID, intent and an absolute expiry',
     security,
     request: { body: { required: true, content: { 'application/json': { schema: S.TicketRequest } } } },
@@ -107,7 +107,7 @@ reactionApi.openapi(
 reactionApi.openapi(
   createRoute({
     method: 'put',
-    path: '/v1/reaction-operations/{operationId}',
+    path: '/reaction-operations/{operationId}',
     summary: 'Apply the desired state of a ticketed operation (replays return the same receipt)',
     security,
     request: {
@@ -143,7 +143,7 @@ reactionApi.openapi(
 reactionApi.openapi(
   createRoute({
     method: 'post',
-    path: '/v1/reaction-operations/{operationId}/retire',
+    path: '/reaction-operations/{operationId}/retire',
     summary: 'Retire an unapplied operation: a fence so a delayed write of it can never apply',
     security,
     request: {
@@ -178,7 +178,7 @@ reactionApi.openapi(
 reactionApi.openapi(
   createRoute({
     method: 'get',
-    path: '/v1/messages/{messageId}/reactions',
+    path: '/messages/{messageId}/reactions',
     summary: 'The exact current reactions of a message',
     security,
     request: { params: S.MessageParams },
@@ -197,7 +197,7 @@ reactionApi.openapi(
 reactionApi.openapi(
   createRoute({
     method: 'post',
-    path: '/v1/messages/{messageId}/reactions/toggle',
+    path: '/messages/{messageId}/reactions/toggle',
     summary: 'Web compatibility toggle: flips one reaction; no ticket, no receipt',
     security,
     request: {
@@ -221,12 +221,21 @@ reactionApi.openapi(
   },
 );
 
-reactionApi.doc31('/v1/openapi.json', {
-  openapi: '3.1.0',
-  info: {
-    title: 'reaction-ledger mobile reaction API',
-    version: '1.0.0',
-    description:
-      'Operation tickets, receipts and retirement fences. Errors: {error:{code,message,requestId,details?}}.',
-  },
+/**
+ * GET /v1/openapi.json. app.ts mounts this API at /v1 and the paths above are relative to
+ * it, so the document adds the base: it names the full paths a client calls.
+ */
+const MOUNTED_AT = '/v1';
+reactionApi.get('/openapi.json', (c) => {
+  const doc = reactionApi.getOpenAPI31Document({
+    openapi: '3.1.0',
+    info: {
+      title: 'reaction-ledger mobile reaction API',
+      version: '1.0.0',
+      description:
+        'Operation tickets, receipts and retirement fences. Errors: {error:{code,message,requestId,details?}}.',
+    },
+  });
+  const paths = Object.entries(doc.paths ?? {}).map(([path, item]) => [MOUNTED_AT + path, item]);
+  return c.json({ ...doc, paths: Object.fromEntries(paths) });
 });

@@ -1,4 +1,5 @@
 import { currentKeyVersion, type KeyRing } from '../crypto/sealed';
+import { fromBase64, fromBase64Url, toBase64Url } from '../lib/base64';
 
 /**
  * The bearer form of a server-stored ticket: `rt1.<key version>.<ticket id>.<mac>`, where
@@ -10,24 +11,11 @@ const enc = new TextEncoder();
 const macKeys = new Map<string, Promise<CryptoKey>>();
 const TOKEN = /^rt1\.(\d{1,6})\.([0-9a-f-]{36})\.([A-Za-z0-9_-]{43})$/;
 
-function b64url(bytes: ArrayBuffer): string {
-  let s = '';
-  for (const b of new Uint8Array(bytes)) s += String.fromCharCode(b);
-  return btoa(s).replaceAll('+', '-').replaceAll('/', '_').replace(/=+$/, '');
-}
-
-function unb64url(text: string): Uint8Array<ArrayBuffer> {
-  const raw = atob(text.replaceAll('-', '+').replaceAll('_', '/'));
-  const out = new Uint8Array(raw.length);
-  for (let i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
-  return out;
-}
-
 function macKey(material: string): Promise<CryptoKey> {
   let key = macKeys.get(material);
   if (!key) {
     key = (async () => {
-      const base = await crypto.subtle.importKey('raw', unb64url(material), 'HKDF', false, ['deriveKey']);
+      const base = await crypto.subtle.importKey('raw', fromBase64(material), 'HKDF', false, ['deriveKey']);
       return crypto.subtle.deriveKey(
         { name: 'HKDF', hash: 'SHA-256', salt: new Uint8Array(0), info: enc.encode('reaction-ticket/v1') },
         base,
@@ -49,7 +37,7 @@ export async function signTicket(keys: KeyRing, version: string, ticketId: strin
   const material = keys[version];
   if (!material) throw new Error('ticket key version is not configured');
   const mac = await crypto.subtle.sign('HMAC', await macKey(material), enc.encode(ticketId));
-  return `rt1.${version}.${ticketId}.${b64url(mac)}`;
+  return `rt1.${version}.${ticketId}.${toBase64Url(new Uint8Array(mac))}`;
 }
 
 /** Returns the ticket ID when the MAC verifies (constant time), else null. */
@@ -62,7 +50,7 @@ export async function verifyTicket(keys: KeyRing, token: string): Promise<string
   const ok = await crypto.subtle.verify(
     'HMAC',
     await macKey(material),
-    unb64url(mac!),
+    fromBase64Url(mac!),
     enc.encode(ticketId!),
   );
   return ok ? ticketId! : null;

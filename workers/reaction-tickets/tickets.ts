@@ -83,13 +83,6 @@ export async function findTicketByOperation(
   return rows[0] ?? null;
 }
 
-export async function findTicketById(client: Queryable, ticketId: string): Promise<TicketRow | null> {
-  const { rows } = await client.query<TicketRow>('select * from private.reaction_tickets where id = $1', [
-    ticketId,
-  ]);
-  return rows[0] ?? null;
-}
-
 /**
  * Operation IDs of the actor's outstanding tickets: unexpired, neither applied nor retired.
  * The WorkspaceQuota DO reconciles its leases against this list.

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { AppEnv } from '../context';
 import type { Env } from '../env';
 import { AppError } from '../errors';
+import { readJsonBody } from '../lib/json-body';
 import { requireAdmin } from '../middleware';
 
 /** The one RetentionCleanup object every route and the hourly cron talk to. */
@@ -18,25 +19,13 @@ const EnableBody = z
   })
   .strict();
 
-async function enableBody(c: { req: { text(): Promise<string> } }) {
-  const text = await c.req.text();
-  if (!text.trim()) return {};
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch {
-    throw new AppError('bad_request', 'Body must be JSON');
-  }
-  return EnableBody.parse(raw);
-}
-
 /** Admin routes of the retention cleanup owner (docs/retention.md). */
 export const retentionAdmin = new Hono<AppEnv>()
-  .post('/admin/retention/enable', requireAdmin(), async (c) => {
-    const result = await retentionOwner(c.env).enable(await enableBody(c));
+  .post('/enable', requireAdmin(), async (c) => {
+    const result = await retentionOwner(c.env).enable(await readJsonBody(c, EnableBody, { optional: true }));
     if (!result.enabled)
       throw new AppError('precondition_failed', result.reason, { prerequisites: result.prerequisites });
     return c.json(result);
   })
-  .post('/admin/retention/stop', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).stop()))
-  .get('/admin/retention/status', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).status()));
+  .post('/stop', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).stop()))
+  .get('/status', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).status()));

@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import type { Deadline } from '../clock';
 import { sqlState, withTx } from '../db/tx';
+import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { type BatchResult, deleteBatch } from './batch';
 import { type RetentionCursor, type RetentionLimits, START_KEY, TABLE_ORDER } from './eligibility';
@@ -59,19 +60,6 @@ class RequestDeadline extends Error {
   code = 'request_deadline';
 }
 
-/** Stops waiting after `ms`; the statement itself is ended by its own statement_timeout. */
-async function within<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RequestDeadline()), ms);
-  });
-  try {
-    return await Promise.race([work, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 /** The start of the next table, or null when the sweep is complete. */
 function nextTable(done: BatchResult): RetentionCursor | null {
   const next = TABLE_ORDER[TABLE_ORDER.indexOf(done.table) + 1];
@@ -95,7 +83,8 @@ export async function runRetention(opts: RunOptions): Promise<RunReport> {
     const lockTimeoutMs = Math.max(1, Math.floor(budgetMs * 0.8));
     const work = withTx(pool, { budgetMs, lockTimeoutMs, maxAttempts: 1 }, fn);
     hooks.track(work);
-    return within(work, budgetMs + REQUEST_SLACK_MS);
+    // Stops waiting after the budget; the statement itself ends by its own statement_timeout.
+    return withTimeout(work, budgetMs + REQUEST_SLACK_MS, () => new RequestDeadline());
   };
   try {
     const first = hooks.admit('probe');

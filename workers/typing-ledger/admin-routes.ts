@@ -34,14 +34,14 @@ export interface WorkspaceTypingStatus {
 
 /** Operator routes of the typing-reaction maintenance (docs/operations.md). */
 export const typingAdmin = new Hono<AppEnv>()
-  .use('/admin/typing-reactions/*', requireAdmin())
-  .get('/admin/typing-reactions/status', async (c) => {
+  .use('*', requireAdmin())
+  .get('/status', async (c) => {
     const { rows } = await withTx(c.var.db(), { budgetMs: 10_000, maxAttempts: 1 }, (tx) =>
       tx.query<WorkspaceTypingStatus>(OPERATIONAL_QUERY),
     );
     const maintenance = await typingMaintenance(c.env).status();
     return c.json({ workspaces: rows, maintenance });
   })
-  .post('/admin/typing-reactions/enable', async (c) => c.json(await typingMaintenance(c.env).enable()))
-  .post('/admin/typing-reactions/disable', async (c) => c.json(await typingMaintenance(c.env).disable()))
-  .post('/admin/typing-reactions/stop', async (c) => c.json(await typingMaintenance(c.env).stop()));
+  .post('/enable', async (c) => c.json(await typingMaintenance(c.env).enable()))
+  .post('/disable', async (c) => c.json(await typingMaintenance(c.env).disable()))
+  .post('/stop', async (c) => c.json(await typingMaintenance(c.env).stop()));

@@ -28,8 +28,8 @@ export interface MaintenanceOptions {
   /** False when the run must stop (new stop generation, disabled); checked between steps and rows. */
   admit?: () => boolean;
   /**
-   * The webhook's receipt pruning (`pruneEventReceipts`), injected by the Worker entry so this
-   * module stays runnable from Node (bench, capacity) without the Worker's HTTP modules.
+   * The webhook's receipt pruning (`pruneEventReceipts`, lark/event-receipts.ts), passed in
+   * by the Durable Object's entry (maintenance.ts); runs without it leave receipts alone.
    */
   pruneReceipts?: (q: Pick<Pool, 'query'>, limit: number) => Promise<number>;
   /** Overrides for tests and the capacity run; production uses the spec's limits. */

@@ -1,6 +1,6 @@
-import { pruneEventReceipts } from '../channel/webhook';
 import { openPool } from '../db/pool';
 import { type Env, loadConfig } from '../env';
+import { pruneEventReceipts } from '../lark/event-receipts';
 import { type MaintenanceOptions, type MaintenanceReport, runMaintenancePasses } from './maintenance-passes';
 
 export { type MaintenanceOptions, type MaintenanceReport, runMaintenancePasses } from './maintenance-passes';

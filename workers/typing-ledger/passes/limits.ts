@@ -2,7 +2,6 @@
  * The limits of the maintenance passes (spec "Retry and retention limits"). They are
  * requirements, not tuning knobs: changing one needs a capacity review.
  */
-export const PASS_PERIOD_MS = 30_000;
 /** Expiration and pruning: each its own database budget and row cap per pass. */
 export const EXPIRE_BUDGET_MS = 2000;
 export const EXPIRE_LIMIT = 1000;
