@@ -7,7 +7,6 @@ import {
   closeLegacyContract,
   countRows,
   DAY_MS,
-  drainEligible,
   enable,
   nextTickTime,
   owner,
@@ -25,8 +24,8 @@ const OLD_FENCE = { ageMs: 100 * DAY_MS, expiredAgoMs: 93 * DAY_MS };
 beforeAll(async () => {
   await closeLegacyContract();
   await enable();
-  await drainEligible();
 });
+// Tests below spend budgets, replace the owner's clock and leave a cursor behind.
 beforeEach(() => resetOwner());
 afterAll(() => pool.end());
 
