@@ -21,13 +21,18 @@ export type Fault =
 export class Network {
   offline = false;
   readonly log: string[] = [];
-  private faults: { method: string; path: RegExp; fault: Fault }[] = [];
+  private faults: { method: string; path: RegExp; fault: Fault; reached: () => void }[] = [];
 
   /** `bindings` override the Worker's env (e.g. tighter quotas), as production would run it. */
   constructor(private readonly bindings?: Record<string, unknown>) {}
 
-  fault(method: string, path: RegExp, fault: Fault): void {
-    this.faults.push({ method, path, fault });
+  /**
+   * Arms a one-shot fault. The promise resolves when a request has met it: for the faults
+   * after the server, once the server has answered (so its work is committed); for a hang,
+   * once the request is parked. A test awaits it instead of polling for the request.
+   */
+  fault(method: string, path: RegExp, fault: Fault): Promise<void> {
+    return new Promise((reached) => this.faults.push({ method, path, fault, reached }));
   }
 
   clearFaults(): void {
@@ -44,16 +49,25 @@ export class Network {
     if (this.offline) throw new TypeError('Network request failed (offline)');
     this.log.push(`${method} ${path}`);
     const i = this.faults.findIndex((f) => f.method === method && f.path.test(path));
-    const fault = i >= 0 ? this.faults.splice(i, 1)[0]!.fault : null;
-    if (fault === 'drop-request') throw new TypeError('Network request failed');
-    if (fault === 'hang-before-server') return new Promise<Response>(() => undefined);
-    if (fault === 'bad-gateway') return new Response('<html>502</html>', { status: 502 });
+    const armed = i >= 0 ? this.faults.splice(i, 1)[0]! : null;
+    switch (armed?.fault) {
+      case 'drop-request':
+        armed.reached();
+        throw new TypeError('Network request failed');
+      case 'bad-gateway':
+        armed.reached();
+        return new Response('<html>502</html>', { status: 502 });
+      case 'hang-before-server':
+        armed.reached();
+        return new Promise<Response>(() => undefined);
+    }
     const { signal: _signal, ...rest } = init;
     const res = await this.server(input, rest);
-    if (!fault) return res;
+    if (!armed) return res;
     await res.text(); // the server finished the request
-    if (fault === 'lose-response') throw new TypeError('Network connection was lost');
-    return new Promise<Response>(() => undefined);
+    armed.reached();
+    if (armed.fault === 'lose-response') throw new TypeError('Network connection was lost');
+    return new Promise<Response>(() => undefined); // hang-after-server
   };
 
   private async server(input: string, init: RequestInit): Promise<Response> {

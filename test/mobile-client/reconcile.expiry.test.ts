@@ -1,7 +1,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { recoveryFor } from '../../clients/mobile/src';
 import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
-import { call, DAY_MS, reactions, seedWorld, tokenFor } from '../reaction-tickets/helpers';
+import { DAY_MS, reactions, seedWorld, signOut, tokenFor } from '../reaction-tickets/helpers';
 import { device, ISSUE, serverRows, WRITE } from './helpers';
 
 const pool = testPool();
@@ -82,7 +82,6 @@ describe('terminal reconciliation on expiry', () => {
 
 describe('sign-out keeps the journal; sign-in reconciles it through the ticket contract', () => {
   const past = () => Math.floor(Date.now() / 1000) - 60;
-  const later = () => Math.floor(Date.now() / 1000) + 1;
 
   it('a journal from before sign-out is replayed after sign-in and applies once', async () => {
     const w = await seedWorld();
@@ -94,9 +93,7 @@ describe('sign-out keeps the journal; sign-in reconciles it through the ticket c
     const queued = await d.client.choose({ messageId, emoji: '🎉', desired: 'present' });
     d.network.fault('POST', ISSUE, 'drop-request');
     await d.client.sync(); // 🙏: issuance lost in the network; 🎉: applied, answer lost
-    expect(await call('POST', `/admin/actors/${actorId}/sign-out`, { admin: true })).toMatchObject({
-      status: 200,
-    });
+    const signedOut = await signOut(actorId);
 
     // The old session is refused: the journal waits, untouched, for a sign-in.
     d.clock.advance(60_000);
@@ -110,7 +107,7 @@ describe('sign-out keeps the journal; sign-in reconciles it through the ticket c
 
     // App restart, then sign-in of the same actor with a fresh token.
     const next = device({ storage: d.storage, network: d.network, clock: d.clock });
-    await next.client.signIn({ actorId, token: await tokenFor(actorId, { issuedAt: later() }) });
+    await next.client.signIn({ actorId, token: await tokenFor(actorId, { issuedAt: signedOut }) });
     await next.client.sync();
     const done = await next.client.entries();
     expect(done.map((e) => e.terminal?.outcome)).toEqual(['applied', 'applied']);
@@ -128,10 +125,10 @@ describe('sign-out keeps the journal; sign-in reconciles it through the ticket c
     const entry = await d.client.choose({ messageId, emoji: '👏', desired: 'present' });
     await d.client.sync();
     d.client.signOut();
-    await call('POST', `/admin/actors/${actorId}/sign-out`, { admin: true });
+    const signedOut = await signOut(actorId);
     await advanceDbClock(pool, PAST_EXPIRY);
 
-    const token = await tokenFor(actorId, { issuedAt: later() });
+    const token = await tokenFor(actorId, { issuedAt: signedOut });
     await d.client.signIn({ actorId, token });
     d.clock.advance(60_000);
     await d.client.sync();

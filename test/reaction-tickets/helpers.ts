@@ -51,6 +51,16 @@ export function tokenFor(
   return signActorToken(env.ACTOR_JWT_SECRET as string, actorId, opts);
 }
 
+/**
+ * Signs `actorId` out through the admin API; returns the second the server recorded (JWT
+ * `iat` precision): a token issued at or after it is a new session, an earlier one is not.
+ */
+export async function signOut(actorId: string): Promise<number> {
+  const res = await call('POST', `/admin/actors/${actorId}/sign-out`, { admin: true });
+  if (res.status !== 200) throw new Error(`sign-out: ${res.status} ${JSON.stringify(res.body)}`);
+  return Math.floor(Date.parse(res.body.signedOutAt) / 1000);
+}
+
 export interface World {
   workspaceId: string;
   conversationId: string;

@@ -4,21 +4,14 @@ import { backendPid, testPool, waitUntilBlocked } from '../helpers/db';
 import { blockedBy, call, opId, PATIENT, put, retire, seedWorld, snapshot, ticketFor } from './helpers';
 
 const pool = testPool();
-// The contract state is one row shared by the test database: leave it open for other files
-// (a test database may reopen it; production refuses, see migration 0020).
-const reopen = () =>
-  pool.query(
-    "update private.write_contract_state set closed_at = null, drained_at = null, closed_by = null where contract = 'legacy_desired_state'",
-  );
-afterAll(async () => {
-  await reopen();
-  await pool.end();
-});
+afterAll(() => pool.end());
 
-// One file, in order: the open contract first, then its close and what fails closed after.
+const close = () => call('POST', '/admin/reaction-contract/legacy/close', { admin: true });
+
+// This file's database starts with the contract open; closing is one-way, so the open-contract
+// tests come first and every later test closes it itself (a no-op once closed).
 describe('legacy unbounded desired-state contract', () => {
   it('while open, old clients write without a ticket and retire arbitrary IDs', async () => {
-    await reopen();
     const w = await seedWorld();
     const [token, message] = [w.tokens[0]!, w.messages[0]!];
     const intent = { messageId: message, emoji: '🦖', desired: 'present' as const };
@@ -73,6 +66,7 @@ describe('legacy unbounded desired-state contract', () => {
   });
 
   it('once closed, old clients and arbitrary retirement IDs fail closed with a stable code', async () => {
+    expect((await close()).status).toBe(200);
     const w = await seedWorld();
     const [actor, token, message] = [w.actors[0]!, w.tokens[0]!, w.messages[0]!];
     const before = await snapshot(pool, message, actor);
@@ -95,12 +89,14 @@ describe('legacy unbounded desired-state contract', () => {
   });
 
   it('closing again is a no-op that keeps the first close', async () => {
-    const first = await getLegacyContractStatus(pool);
-    const again = await call('POST', '/admin/reaction-contract/legacy/close', { admin: true });
-    expect(new Date(again.body.closedAt)).toEqual(first.closedAt);
+    const first = await close();
+    expect(first.status).toBe(200);
+    const again = await close();
+    expect(again.body.closedAt).toBe(first.body.closedAt);
   });
 
   it('outside a test database the close is one-way: a rollback cannot reopen the unbounded path', async () => {
+    expect((await close()).status).toBe(200);
     const client = await pool.connect();
     try {
       await client.query('begin');

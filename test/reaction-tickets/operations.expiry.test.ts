@@ -16,6 +16,7 @@ import {
   reactions,
   retire,
   seedWorld,
+  signOut,
   snapshot,
   ticketFor,
   tokenFor,
@@ -148,10 +149,10 @@ describe('terminal expiry (410 operation_expired, nothing mutated)', () => {
     const op = opId();
     const intent = { messageId: message, emoji: '🙏', desired: 'present' as const };
     const ticket = await ticketFor(oldToken, op, intent);
-    expect((await call('POST', `/admin/actors/${actor}/sign-out`, { admin: true })).status).toBe(200);
+    const signedOut = await signOut(actor);
     expect((await put(oldToken, op, ticket, intent)).status).toBe(401);
     await advanceDbClock(pool, PAST_EXPIRY);
-    const newToken = await tokenFor(actor, { issuedAt: Math.floor(Date.now() / 1000) + 1 });
+    const newToken = await tokenFor(actor, { issuedAt: signedOut });
     const before = await snapshot(pool, message, actor);
     const current = (await reactions(newToken, message)).body;
     expectExpired(await put(newToken, op, ticket, intent), current);

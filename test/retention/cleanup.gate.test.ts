@@ -1,41 +1,25 @@
-import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { setDbClockOffset, testPool } from '../helpers/db';
 import { put, reactions, retire, seedWorld, snapshot, ticketFor } from '../reaction-tickets/helpers';
-import {
-  admin,
-  closeLegacyContract,
-  cronTick,
-  DAY_MS,
-  drainEligible,
-  owner,
-  resetOwner,
-  runOnce,
-} from './helpers';
+import { admin, closeLegacyContract, cronTick, DAY_MS, enable, owner, runOnce } from './helpers';
 
 const pool = testPool();
+// Only a test database may reopen the closed contract (migration 0020's trigger).
 const reopen = () =>
   pool.query(
     "update private.write_contract_state set closed_at = null, drained_at = null, closed_by = null where contract = 'legacy_desired_state'",
   );
 afterEach(() => setDbClockOffset(pool, 0));
-afterAll(async () => {
-  await admin('POST', '/admin/retention/stop');
-  // Leave the shared contract row as other files expect it: open (see legacy.contract.test).
-  await reopen();
-  await pool.end();
-});
+afterAll(() => pool.end());
 
+// This file's database starts with the contract open, and its owner starts disabled.
 describe('prerequisites gate', () => {
   it('a fresh owner starts disabled and its cron tick runs nothing', async () => {
-    const fresh = env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('fresh-owner'));
-    expect((await fresh.status()).enabled).toBe(false);
-    expect(await fresh.scheduledRun(Date.now())).toEqual({ ran: false, reason: 'disabled' });
+    expect((await owner().status()).enabled).toBe(false);
+    expect(await runOnce()).toEqual({ ran: false, reason: 'disabled' });
   });
 
   it('enabling before the legacy contract is closed and drained is refused with the reason', async () => {
-    await admin('POST', '/admin/retention/stop');
-    await reopen();
     const res = await admin('POST', '/admin/retention/enable');
     expect(res.status).toBe(412);
     expect(res.body.error.code).toBe('precondition_failed');
@@ -55,11 +39,11 @@ describe('prerequisites gate', () => {
   });
 
   it('a run refuses to delete while the contract is open again (the gate is checked every run)', async () => {
-    await resetOwner();
+    await closeLegacyContract();
+    await enable();
     await reopen();
     const r = await runOnce();
     expect(r.run).toMatchObject({ outcome: 'prerequisites', batches: 0, rowsDeleted: 0 });
-    await closeLegacyContract();
   });
 });
 
@@ -85,10 +69,10 @@ describe('after deletion, a delayed request still cannot apply', () => {
 
     // 91 days later the cleanup has deleted the receipt and the fence.
     await setDbClockOffset(pool, 91 * DAY_MS);
-    await resetOwner();
     const enabled = await admin('POST', '/admin/retention/enable');
     expect(enabled.status).toBe(200);
-    await drainEligible();
+    // Two receipts and the fence: this file's only rows, all in one run.
+    expect((await runOnce()).run).toMatchObject({ outcome: 'complete', rowsDeleted: 3 });
     const { rows } = await pool.query(
       `select (select count(*)::int from private.chat_reaction_operations where actor_id = $1) as receipts,
               (select count(*)::int from private.chat_retired_reaction_operations where actor_id = $1) as fences`,

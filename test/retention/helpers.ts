@@ -64,9 +64,10 @@ export async function enable(): Promise<void> {
 }
 
 /**
- * Fresh budgets and the system clock: each test starts with a full day's allowance. With
- * `sweep`, also a fresh sweep (no cursor): rows a test seeds behind the previous test's cursor
- * would otherwise wait for the next sweep, as they would in production.
+ * Fresh budgets and the system clock, so a test does not inherit what an earlier test of the
+ * same file spent or set (this file's owner is its own: no other file touches it). With
+ * `sweep`, also a fresh sweep (no cursor): rows a test seeds behind the previous test's
+ * cursor would otherwise wait for the next sweep, as they would in production.
  */
 export async function resetOwner(opts: { sweep?: boolean } = { sweep: true }): Promise<void> {
   await runInDurableObject(owner(), async (instance: RetentionCleanup, state) => {
@@ -76,18 +77,6 @@ export async function resetOwner(opts: { sweep?: boolean } = { sweep: true }): P
     );
     if (opts.sweep) state.storage.sql.exec('update cleanup_state set cursor = null');
   });
-}
-
-/** Runs until a sweep finishes, so rows left by earlier test files are out of the way. */
-export async function drainEligible(): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    await resetOwner();
-    const r = await runOnce();
-    if (!r.ran) throw new Error(`drain: ${r.reason}`);
-    if (r.reason === 'empty' || r.reason === 'complete') return;
-    if (r.reason !== 'batch_limit') throw new Error(`drain: ${r.reason} ${r.run?.error}`);
-  }
-  throw new Error('drain never finished');
 }
 
 export interface Directory {
@@ -125,12 +114,11 @@ export interface RowSpec {
   /** ticket_expires_at = app_now() - expiredAgoMs; omitted for legacy rows. */
   expiredAgoMs?: number;
   contract?: 'ticket' | 'legacy';
-  prefix?: string;
 }
 
 /** Inserts `n` receipts for the directory's actor; returns their operation IDs in key order. */
 export async function seedReceipts(pool: Pool, d: Directory, n: number, spec: RowSpec): Promise<string[]> {
-  const prefix = spec.prefix ?? uid('op');
+  const prefix = uid('op');
   const contract = spec.contract ?? 'ticket';
   await pool.query(
     `insert into private.chat_reaction_operations
@@ -156,7 +144,7 @@ export async function seedReceipts(pool: Pool, d: Directory, n: number, spec: Ro
 }
 
 export async function seedFences(pool: Pool, d: Directory, n: number, spec: RowSpec): Promise<string[]> {
-  const prefix = spec.prefix ?? uid('op');
+  const prefix = uid('op');
   const contract = spec.contract ?? 'ticket';
   await pool.query(
     `insert into private.chat_retired_reaction_operations
@@ -177,16 +165,6 @@ export async function countRows(pool: Pool, d: Directory): Promise<{ receipts: n
     [d.actorId],
   );
   return rows[0]!;
-}
-
-export async function remaining(pool: Pool, table: 'receipts' | 'fences', ids: string[]): Promise<string[]> {
-  const name =
-    table === 'receipts' ? 'private.chat_reaction_operations' : 'private.chat_retired_reaction_operations';
-  const { rows } = await pool.query<{ operation_id: string }>(
-    `select operation_id from ${name} where operation_id = any($1::text[]) order by operation_id`,
-    [ids],
-  );
-  return rows.map((r) => r.operation_id);
 }
 
 export { blockedBehind } from '../helpers/db';
