@@ -7,10 +7,11 @@
 create function effect_binding_live(r effect_recoveries, now_ms bigint) returns boolean
 language sql stable parallel safe as $$
   select r.expires_at_ms >= now_ms
-      or r.retired_at_ms + (r.expires_at_ms - r.created_at_ms) >= now_ms
+      -- coalesce: a never-retired binding must read false here, not null (`not null` is null).
+      or coalesce(r.retired_at_ms + (r.expires_at_ms - r.created_at_ms) >= now_ms, false)
       or exists (
            select 1 from effects e
             where e.id = r.effect_id
               and (e.status in ('pending', 'processing')
-                   or e.finished_at_ms + (r.expires_at_ms - r.created_at_ms) >= now_ms))
+                   or coalesce(e.finished_at_ms + (r.expires_at_ms - r.created_at_ms) >= now_ms, false)))
 $$;
