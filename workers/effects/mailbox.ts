@@ -90,7 +90,8 @@ export async function loadInstance(q: Queryable, instanceId: string): Promise<In
 /**
  * Application enqueue, meant to run inside the application's own transaction (e.g. the
  * webhook records its input and the message together, then wakes the host after commit).
- * Idempotent per (instance, key): a repeated key inserts nothing and returns false.
+ * Idempotent per (instance, key): a repeat of the same payload inserts nothing and returns
+ * false with the stored id; a different payload under a stored key throws `conflict`.
  * Keys starting `effect:` belong to the runtime and are refused.
  */
 export async function enqueueMessage(
@@ -104,11 +105,24 @@ export async function enqueueMessage(
     throw new AppError('validation_failed', `message key must be 1..${MAX_KEY_LENGTH} characters`);
   if (key.startsWith(RESERVED_KEY_PREFIX))
     throw new AppError('validation_failed', `message keys starting "${RESERVED_KEY_PREFIX}" are reserved`);
+  const payloadJson = JSON.stringify(payload ?? null);
   const { rows } = await q.query<{ id: string }>(
     `${insertMessageSql({ instanceId: '$1', key: '$2', payload: '$3::jsonb', delayMs: '$4::bigint' })} returning id`,
-    [instanceId, key, JSON.stringify(payload ?? null), opts.delayMs ?? 0],
+    [instanceId, key, payloadJson, opts.delayMs ?? 0],
   );
-  return { inserted: rows.length === 1, messageId: rows[0]?.id ?? null };
+  if (rows[0]) return { inserted: true, messageId: rows[0].id };
+  // The key is taken. A repeat of the same message is idempotent; a different payload under
+  // the same key would otherwise be dropped without a word, so it is the caller's conflict.
+  // A separate statement: it sees a row a concurrent transaction committed after ours began.
+  const existing = await q.query<{ id: string; same: boolean }>(
+    `select id, payload = $3::jsonb as same from actor_mailbox where instance_id = $1 and message_key = $2`,
+    [instanceId, key, payloadJson],
+  );
+  const row = existing.rows[0];
+  if (row && !row.same)
+    throw new AppError('conflict', 'a different message is already stored under this key', { key });
+  // No row: the holder was pruned between the two statements; nothing of ours was written.
+  return { inserted: false, messageId: row?.id ?? null };
 }
 
 /**
