@@ -8,7 +8,7 @@ import { registerProcess } from '../../workers/effects/processes';
 import { effectRegistry } from '../../workers/effects/registry';
 import { claimEffects } from '../../workers/effects/scheduler';
 import { runCron } from '../helpers/cron';
-import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
+import { advanceDbClock, backendPid, blockedBehind, setDbClockOffset, testPool, uid } from '../helpers/db';
 import { ageHeartbeat, emit } from './helpers';
 
 interface DebounceState {
@@ -46,16 +46,22 @@ effectRegistry
     },
   })
   .registerEffect({ kind: 'test.reply', run: async (e) => ({ echoed: e.args }) })
-  .registerEffect({ kind: 'test.slow', run: () => gate.promise });
-
-// Holds a `test.slow` effect in flight until the test opens it.
-const gate: { promise: Promise<unknown>; open: (v: unknown) => void } = (() => {
-  let open: (v: unknown) => void = () => undefined;
-  const promise = new Promise((r) => {
-    open = r;
+  .registerEffect({
+    kind: 'test.slow',
+    // Waits on an advisory lock the test holds: the test sees the wait (pg_blocking_pids), so
+    // it knows the run is in flight with its claim committed, and releases it when done.
+    run: async () => {
+      const gate = testPool(1);
+      try {
+        await gate.query('select pg_advisory_lock_shared($1)', [SLOW_GATE]);
+        return { slow: 'done' };
+      } finally {
+        await gate.end();
+      }
+    },
   });
-  return { promise, open: (v: unknown) => open(v) };
-})();
+
+const SLOW_GATE = 7_204_001;
 
 const pool = testPool();
 afterEach(() => setDbClockOffset(pool, 0));
@@ -117,26 +123,32 @@ describe('ActorHost', () => {
     const [h] = await emit(pool, inst, [
       { kind: 'test.slow', opts: { recovery: { operation: 'settle-failed' } } },
     ]);
+    const gate = await pool.connect();
+    await gate.query('select pg_advisory_lock($1)', [SLOW_GATE]);
     const host = actorHostStub(env, inst);
     const pumping = host.wake(inst);
-    let owner: string | null = null;
-    for (let i = 0; i < 200 && !owner; i++) {
-      const { rows } = await pool.query<{ locked_by: string | null }>(
+    try {
+      await blockedBehind(pool, await backendPid(gate)); // the run is in flight
+      const { rows: claimed } = await pool.query<{ locked_by: string | null }>(
         'select locked_by from effects where id = $1',
         [h!.effectId],
       );
-      owner = rows[0]?.locked_by ?? null;
-      if (!owner) await new Promise((r) => setTimeout(r, 10));
+      const owner = claimed[0]!.locked_by;
+      expect(owner).not.toBeNull();
+      await ageHeartbeat(pool, owner!, 25_000);
+      const heartbeatAt = async () =>
+        Number(
+          (await pool.query('select heartbeat_at_ms from effect_processes where id = $1', [owner])).rows[0]
+            .heartbeat_at_ms,
+        );
+      const aged = await heartbeatAt();
+      expect(await runDurableObjectAlarm(host)).toBe(true);
+      // A beat writes app_now_ms(), which is at least the 25 s the heartbeat was aged by.
+      expect(await heartbeatAt()).toBeGreaterThanOrEqual(aged + 25_000);
+    } finally {
+      await gate.query('select pg_advisory_unlock($1)', [SLOW_GATE]);
+      gate.release();
     }
-    expect(owner).not.toBeNull();
-    await ageHeartbeat(pool, owner!, 25_000);
-    expect(await runDurableObjectAlarm(host)).toBe(true);
-    const { rows } = await pool.query<{ age: string }>(
-      'select app_now_ms() - heartbeat_at_ms as age from effect_processes where id = $1',
-      [owner],
-    );
-    expect(Number(rows[0]!.age)).toBeLessThan(5_000);
-    gate.open({ slow: 'done' });
     expect(await pumping).toMatchObject({ completed: 1 });
   });
 });

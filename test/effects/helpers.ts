@@ -5,10 +5,10 @@ import { EffectStage, type EmitOptions } from '../../workers/effects/emit';
 import { ensureInstance, loadInstance } from '../../workers/effects/mailbox';
 import { claimEffects } from '../../workers/effects/scheduler';
 import { type EffectHandle, effectConfig } from '../../workers/effects/types';
-import { uid } from '../helpers/db';
+import { testPool, uid } from '../helpers/db';
 
-// Files share one database: a high scan limit so other files' leftovers never crowd out ours.
-export const config = effectConfig({ staleAfterMs: 30_000, claimScanLimit: 10_000 });
+/** The production defaults (30 s liveness floor, 100 candidates per pass). */
+export const config = effectConfig();
 
 /** A fresh instance of type `t` with its own key. */
 export async function newInstance(pool: Pool, type = 'test'): Promise<string> {
@@ -73,18 +73,37 @@ export async function ageHeartbeat(pool: Pool, processId: string, ms: number) {
   ]);
 }
 
-/** Waits until `n` backends of this database are waiting on a lock (pg_locks), polling. */
-export async function waitForLockWaiters(pool: Pool, n: number, timeoutMs = 10_000): Promise<void> {
-  const started = Date.now();
-  for (;;) {
-    const { rows } = await pool.query<{ n: number }>(
-      `select count(*)::int as n from pg_stat_activity
-        where datname = current_database() and wait_event_type = 'Lock'`,
-    );
-    if ((rows[0]?.n ?? 0) >= n) return;
-    if (Date.now() - started > timeoutMs) throw new Error(`only ${rows[0]?.n} lock waiters, wanted ${n}`);
-    await new Promise((r) => setTimeout(r, 10));
+/**
+ * A one-connection pool for a racer, with that connection's backend pid learned first:
+ * everything the racer runs goes through this backend, so a barrier (waitUntilBlocked) waits
+ * on exactly it. A pool that opened a second connection instead would fail that barrier loudly.
+ */
+export async function racer(): Promise<{ pool: Pool; pid: number }> {
+  const pool = testPool(1);
+  const { rows } = await pool.query<{ pid: number }>('select pg_backend_pid() as pid');
+  return { pool, pid: rows[0]!.pid };
+}
+
+/**
+ * Awaits `work`, which runs on backend `pid`, and fails the moment that backend waits on a
+ * lock (pg_blocking_pids): proves a path never blocks, with no wall-clock bound. The locks it
+ * could wait on are held by the test, so a wait cannot end before this sees it.
+ */
+export async function neverBlocked<T>(pool: Pool, pid: number, work: Promise<T>): Promise<T> {
+  let settled = false;
+  const done = work.finally(() => {
+    settled = true;
+  });
+  for (let polls = 0; !settled; polls++) {
+    const { rows } = await pool.query<{ by: number[] }>('select pg_blocking_pids($1::int) as by', [pid]);
+    if (rows[0]!.by.length > 0) {
+      // Handled by design: the test fails on the throw below; the work's own outcome no longer matters.
+      done.catch(() => undefined);
+      throw new Error(`backend ${pid} waited on a lock held by ${rows[0]!.by.join(', ')}`);
+    }
+    if (polls > 10_000) throw new Error(`work on backend ${pid} never settled`);
   }
+  return done;
 }
 
 export { withTx };

@@ -128,7 +128,7 @@ describe('poison messages', () => {
     await enqueueMessage(pool, inst, 'later', { poison: true }, { delayMs: 10 * 86_400_000 });
     expect(await mailboxRow(inst, bad)).toMatchObject({ state: 'dead' });
     await advanceDbClock(pool, config.mailboxRetentionMs + 60_000);
-    while ((await pruneMailbox(pool, config.mailboxRetentionMs, 1000)) > 0);
+    await pruneMailbox(pool, config.mailboxRetentionMs, 1000);
     expect(await mailboxRow(inst, bad)).toBeUndefined();
     expect(await mailboxRow(inst, 'later')).toMatchObject({ state: 'pending' });
   });

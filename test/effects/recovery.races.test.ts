@@ -7,7 +7,7 @@ import {
   runRecoveryPass,
 } from '../../workers/effects/recovery';
 import { completeEffects } from '../../workers/effects/scheduler';
-import { setDbClockOffset, testPool } from '../helpers/db';
+import { setDbClockOffset, testPool, waitUntilBlocked } from '../helpers/db';
 import {
   ageHeartbeat,
   bindingRow,
@@ -16,12 +16,18 @@ import {
   effectRow,
   emit,
   messages,
+  neverBlocked,
   newInstance,
-  waitForLockWaiters,
+  racer,
 } from './helpers';
 
 const pool = testPool(12);
-afterEach(() => setDbClockOffset(pool, 0));
+/** Held locks, then racer pools, in the order opened: a failed test closes them, never hangs. */
+const opened: { end(): Promise<void> }[] = [];
+afterEach(async () => {
+  for (const o of opened.splice(0)) await o.end();
+  await setDbClockOffset(pool, 0);
+});
 afterAll(() => pool.end());
 
 /** Holds `for update` on the instance row in its own connection until `release()`. */
@@ -29,13 +35,25 @@ async function holdInstance(instanceId: string) {
   const client = await pool.connect();
   await client.query('begin');
   await client.query('select id from actor_instances where id = $1 for update', [instanceId]);
-  return {
+  let held = true;
+  const lock = {
     client,
     async release() {
+      if (!held) return;
+      held = false;
       await client.query('commit');
       client.release();
     },
   };
+  opened.push({ end: lock.release });
+  return lock;
+}
+
+/** A racer (one connection, known backend pid) that afterEach ends if the test did not. */
+async function openRacer() {
+  const r = await racer();
+  opened.push(r.pool);
+  return r;
 }
 
 async function staleOptedIn() {
@@ -52,12 +70,15 @@ describe('recovery races', () => {
     for (const first of ['retire', 'complete'] as const) {
       const { p, inst, h } = await staleOptedIn();
       const lock = await holdInstance(inst);
-      const retire = () => runRecoveryPass(pool, { ...config, claimScanLimit: 1000 });
-      const complete = () => completeEffects(pool, p, [{ id: h.effectId, result: 'done' }]);
+      const retirer = await openRacer();
+      const completer = await openRacer();
+      const retire = () => runRecoveryPass(retirer.pool, config);
+      const complete = () => completeEffects(completer.pool, p, [{ id: h.effectId, result: 'done' }]);
+      // `first` queues on the instance lock first, the other behind it: released in that order.
       const a = first === 'retire' ? retire() : complete();
-      await waitForLockWaiters(pool, 1);
+      await waitUntilBlocked(pool, first === 'retire' ? retirer.pid : completer.pid);
       const b = first === 'retire' ? complete() : retire();
-      await waitForLockWaiters(pool, 2);
+      await waitUntilBlocked(pool, first === 'retire' ? completer.pid : retirer.pid);
       await lock.release();
       const [ra, rb] = await Promise.all([a, b]);
       const completion = (first === 'complete' ? ra : rb) as Awaited<ReturnType<typeof complete>>;
@@ -84,13 +105,17 @@ describe('recovery races', () => {
       await requestEffectRecovery(tx, h),
     ]);
     const lock = await holdInstance(inst);
-    const pollOnly = { ...config };
-    const racers = [
-      runRecoveryPass(pool, pollOnly),
-      runRecoveryPass(pool, pollOnly),
-      processRecoveryChecks(pool, inst, config),
-    ];
-    await waitForLockWaiters(pool, 3);
+    const [poller1, poller2, checker] = await Promise.all([openRacer(), openRacer(), openRacer()]);
+    // Queued on the instance lock in this order, each behind the one before.
+    const racers: Promise<unknown>[] = [];
+    for (const [r, run] of [
+      [poller1, () => runRecoveryPass(poller1.pool, config)],
+      [poller2, () => runRecoveryPass(poller2.pool, config)],
+      [checker, () => processRecoveryChecks(checker.pool, inst, config)],
+    ] as const) {
+      racers.push(run());
+      await waitUntilBlocked(pool, r.pid);
+    }
     await lock.release();
     const settled = await Promise.allSettled(racers);
     expect(settled.every((s) => s.status === 'fulfilled')).toBe(true);
@@ -117,17 +142,10 @@ describe('recovery races', () => {
     const lock = await holdInstance(inst);
     await lock.client.query('select id from effect_processes where id = $1 for update', [p]);
     await lock.client.query('select id from effects where id = $1 for update', [h!.effectId]);
-    try {
-      const report = await Promise.race([
-        runRecoveryPass(pool, config),
-        new Promise<never>((_, reject) =>
-          setTimeout(() => reject(new Error('polling blocked on a lock')), 3000),
-        ),
-      ]);
-      expect(report.errors).toBe(0);
-    } finally {
-      await lock.release();
-    }
+    const poller = await openRacer();
+    const report = await neverBlocked(pool, poller.pid, runRecoveryPass(poller.pool, config));
+    expect(report.errors).toBe(0);
+    await lock.release();
     expect((await effectRow(pool, h!.effectId))!.locked_by).toBe(p);
   });
 

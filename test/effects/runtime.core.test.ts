@@ -119,14 +119,8 @@ describe('recovery', () => {
     await claimOf(pool, p, inst);
     await ageHeartbeat(pool, p, 31_000);
     // The wake-up fails: the committed retirement stands and the message is in the mailbox.
-    const report = await runRecoveryPass(
-      pool,
-      { ...config, claimScanLimit: 10_000 },
-      {
-        wake: () => Promise.reject(new Error('down')),
-      },
-    );
-    expect(report.retired).toBeGreaterThanOrEqual(1);
+    const report = await runRecoveryPass(pool, config, { wake: () => Promise.reject(new Error('down')) });
+    expect(report.retired).toBe(1);
     const row = await effectRow(pool, h!.effectId);
     expect(row).toMatchObject({ status: 'completed', locked_by: null, result: null });
     expect((await bindingRow(pool, h!.effectId))!.retired_at_ms).not.toBeNull();
@@ -150,14 +144,11 @@ describe('recovery', () => {
     expect((await effectRow(pool, plain!.effectId))!.status).toBe('pending');
     expect((await effectRow(pool, slow!.effectId))!.locked_by).toBe(p); // opted-in claim kept
     await setDbClockOffset(pool, 60_000); // past the runtime floor, inside the effect's grace
-    // Other files' leftovers share this database: assert on this effect, not on pass totals.
-    await runRecoveryPass(pool, { ...config, claimScanLimit: 10_000 });
-    expect(
-      (await staleCandidates(pool, { ...config, claimScanLimit: 10_000 })).map((c) => c.id),
-    ).not.toContain(slow!.effectId);
+    await runRecoveryPass(pool, config);
+    expect((await staleCandidates(pool, config)).map((c) => c.id)).not.toContain(slow!.effectId);
     expect(await effectRow(pool, slow!.effectId)).toMatchObject({ status: 'processing', locked_by: p });
     await setDbClockOffset(pool, 125_000);
-    await runRecoveryPass(pool, { ...config, claimScanLimit: 10_000 });
+    await runRecoveryPass(pool, config);
     expect((await bindingRow(pool, slow!.effectId))!.retired_at_ms).not.toBeNull();
   });
 

@@ -6,14 +6,18 @@ import { expectDeadlocks, txRetries } from '../setup/tx-retries';
 const pool = testPool();
 
 beforeAll(async () => {
-  await pool.query(`create table if not exists foundation_jobs (id int primary key, claimed_by text)`);
-  await pool.query('truncate foundation_jobs');
+  await pool.query('create table foundation_jobs (id int primary key, claimed_by text)');
   await pool.query('insert into foundation_jobs select g from generate_series(1, 200) g');
 });
-afterAll(async () => {
-  await setDbClockOffset(pool, 0);
-  await pool.end();
-});
+afterAll(() => pool.end());
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve: () => void = () => undefined;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
 
 const CLAIM = `
   with picked as (
@@ -57,37 +61,40 @@ describe('database access', () => {
   });
 
   it('retries a deadlock victim (40P01) from the top and commits', async () => {
-    // `other` holds row 11; the racer locks row 10 then waits on 11; `other` then asks for
-    // row 10. `other` waits 10 s before checking for deadlocks, so the racer (1 s) is always
-    // the victim: withTx must roll it back and run it again, which then succeeds.
+    // `other` holds row 11; the racer locks row 10 and stops; `other` asks for row 10 and
+    // queues behind the racer; only then does the racer ask for row 11, closing the cycle. Both
+    // deadlock checks start after that: the racer's (1 s) runs long before `other`'s (10 s), so
+    // the racer is the victim: withTx must roll it back and run it again, which then succeeds.
     expectDeadlocks();
     const other = await pool.connect();
     await other.query(`begin; set local deadlock_timeout = '10s'`);
     await other.query('update foundation_jobs set claimed_by = $1 where id = 11', ['other']);
+    const otherPid = await backendPid(other);
+    const tenLocked = deferred();
+    const closeCycle = deferred();
+    const otherCommitted = deferred();
     let attempts = 0;
-    let firstPid: (pid: number) => void = () => undefined;
-    const racerPid = new Promise<number>((resolve) => {
-      firstPid = resolve;
-    });
-    let otherCommitted: () => void = () => undefined;
-    const committed = new Promise<void>((resolve) => {
-      otherCommitted = resolve;
-    });
     const racer = withTx(pool, { budgetMs: 20_000 }, async (c) => {
       attempts += 1;
-      firstPid(await backendPid(c));
       // The retry starts once `other` has committed: otherwise it could take row 10 before
-      // `other`'s waiting update does and deadlock a second time.
-      if (attempts > 1) await committed;
+      // `other`'s queued update does and deadlock a second time.
+      if (attempts > 1) await otherCommitted.promise;
       await c.query('update foundation_jobs set claimed_by = $1 where id = 10', ['racer']);
+      if (attempts === 1) {
+        tenLocked.resolve();
+        await closeCycle.promise;
+      }
       await c.query('update foundation_jobs set claimed_by = $1 where id = 11', ['racer']);
       return attempts;
     });
-    await waitUntilBlocked(pool, await racerPid);
-    await other.query('update foundation_jobs set claimed_by = $1 where id = 10', ['other']);
+    await tenLocked.promise;
+    const otherTakesTen = other.query('update foundation_jobs set claimed_by = $1 where id = 10', ['other']);
+    await waitUntilBlocked(pool, otherPid);
+    closeCycle.resolve();
+    await otherTakesTen; // granted once the victim rolled back
     await other.query('commit');
     other.release();
-    otherCommitted();
+    otherCommitted.resolve();
     expect(await racer).toBe(2);
     // The harness saw the retry: an undeclared deadlock would fail the test (tx-retries.ts).
     expect(txRetries()).toEqual([{ sqlstate: '40P01', attempt: 1 }]);

@@ -6,33 +6,11 @@ import { testPool, uid } from '../helpers/db';
 export class ChannelSeed {
   readonly installationId = uid('inst');
   readonly workspaceId = uid('ws');
-  private readonly sessions: string[] = [];
   constructor(private readonly pool: Pool) {}
-
-  /**
-   * Removes this seed's actor instances (cascading their mailbox and effects) and channel
-   * rows, so the minute cron of later files never tries to deliver a seeded message.
-   */
-  async cleanup(): Promise<void> {
-    const ids = this.sessions;
-    await this.pool.query('delete from actor_instances where id = any($1::text[])', [ids]);
-    await this.pool.query('delete from channel_turns where session_id = any($1::text[])', [ids]);
-    await this.pool.query('delete from channel_typing_settlement where session_id = any($1::text[])', [ids]);
-    await this.pool.query('delete from channel_typing_reaction where installation_id = $1', [
-      this.installationId,
-    ]);
-    await this.pool.query('delete from lark_inbound_messages where installation_id = $1', [
-      this.installationId,
-    ]);
-    await this.pool.query('delete from channel_conversations where installation_id = $1', [
-      this.installationId,
-    ]);
-  }
 
   /** A conversation and its (idle) actor instance; returns the session id. */
   async conversation(opts: { idleDays?: number; state?: object; wakeAtMs?: number } = {}): Promise<string> {
     const sessionId = uid('session');
-    this.sessions.push(sessionId);
     await this.pool.query(
       `insert into channel_conversations (id, installation_id, workspace_id, app_id, chat_id, last_position, created_at, updated_at)
        values ($1, $2, $3, 'cli_app', $4, 10, app_now() - $5 * interval '1 day', app_now() - $5 * interval '1 day')`,
@@ -138,23 +116,9 @@ export async function existing(pool: Pool, table: string, column: string, ids: s
   return rows.map((r) => r.id).sort();
 }
 
-/**
- * A test file's pool and a factory for seeds on it; in afterAll every seed is cleaned up,
- * then the pool ends (one hook, so the order cannot be reversed).
- */
+/** A test file's pool, ended after the file, and a factory for seeds on it. */
 export function channelSeeds(): { pool: Pool; newSeed: () => ChannelSeed } {
   const pool = testPool();
-  const seeds: ChannelSeed[] = [];
-  afterAll(async () => {
-    for (const seed of seeds) await seed.cleanup();
-    await pool.end();
-  });
-  return {
-    pool,
-    newSeed: () => {
-      const seed = new ChannelSeed(pool);
-      seeds.push(seed);
-      return seed;
-    },
-  };
+  afterAll(() => pool.end());
+  return { pool, newSeed: () => new ChannelSeed(pool) };
 }

@@ -20,12 +20,3 @@ export function runSteps(
 ): Promise<HousekeepingReport> {
   return runHousekeeping(pool, { ...SETTINGS, ...overrides }, only);
 }
-
-/** Runs one step until it deletes nothing (other files' rows may be eligible too). */
-export async function drain(pool: Pool, step: StepName, overrides: Partial<HousekeepingSettings> = {}) {
-  for (let i = 0; i < 100; i++) {
-    const report = await runSteps(pool, [step], overrides);
-    if (report[step] === 0) return;
-  }
-  throw new Error(`${step} never drained`);
-}
