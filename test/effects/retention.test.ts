@@ -68,12 +68,13 @@ describe('retention of the runtime tables (minute cron)', () => {
     expect(await effectRow(pool, s.done.effectId)).toMatchObject({ status: 'completed' });
 
     await setDbClockOffset(pool, 8 * DAY); // past every retention, and the bindings' lifetime
-    // One pass: delivered + dead message, two terminal effects, one check, both bindings, the idle process.
+    // One pass: delivered + dead message, two terminal effects, one check, the finished effect's
+    // binding (the processing one's binding outlives its effect), the idle process.
     expect(await runRetention(pool, config)).toEqual({
       mailbox: 2,
       effects: 2,
       checks: 1,
-      bindings: 2,
+      bindings: 1,
       processes: 1,
       failed: [],
     });
@@ -94,6 +95,7 @@ describe('retention of the runtime tables (minute cron)', () => {
       false,
     );
     expect(await bindingRow(pool, s.done.effectId)).toBeUndefined(); // expired
+    expect(await bindingRow(pool, s.owned.effectId)).toBeDefined(); // its effect is still processing
     expect(await exists('select 1 from effect_processes where id = $1', [s.idle])).toBe(false);
     expect(await exists('select 1 from effect_processes where id = $1', [s.worker])).toBe(true); // owner
   });

@@ -67,7 +67,9 @@ describe('mailbox', () => {
   it('is idempotent per key and refuses reserved effect: keys', async () => {
     const inst = await newInstance(pool);
     expect((await enqueueMessage(pool, inst, 'in-1', { a: 1 })).inserted).toBe(true);
-    expect((await enqueueMessage(pool, inst, 'in-1', { a: 2 })).inserted).toBe(false);
+    expect((await enqueueMessage(pool, inst, 'in-1', { a: 1 })).inserted).toBe(false);
+    // A different payload under the key is the caller's conflict (test/effects/mailbox.conflict).
+    await expect(enqueueMessage(pool, inst, 'in-1', { a: 2 })).rejects.toMatchObject({ code: 'conflict' });
     await expect(enqueueMessage(pool, inst, 'effect:x:recovery', {})).rejects.toMatchObject({
       code: 'validation_failed',
     });
