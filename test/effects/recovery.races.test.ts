@@ -101,8 +101,8 @@ describe('recovery races', () => {
   it('two pollers and explicit checks on one stale effect: one retirement, one response per check', async () => {
     const { inst, h } = await staleOptedIn();
     const [c1, c2] = await withTx(pool, { budgetMs: 5000 }, async (tx) => [
-      await requestEffectRecovery(tx, h),
-      await requestEffectRecovery(tx, h),
+      await requestEffectRecovery(tx, h.instanceId, h),
+      await requestEffectRecovery(tx, h.instanceId, h),
     ]);
     const lock = await holdInstance(inst);
     const [poller1, poller2, checker] = await Promise.all([openRacer(), openRacer(), openRacer()]);
@@ -154,7 +154,9 @@ describe('recovery races', () => {
     const inst = await newInstance(pool);
     const [h] = await emit(pool, inst, [{ opts: { recovery: { operation: 'r' } } }]);
     await claimOf(pool, p, inst);
-    const { requestId } = await withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, h!));
+    const { requestId } = await withTx(pool, { budgetMs: 5000 }, (tx) =>
+      requestEffectRecovery(tx, h!.instanceId, h!),
+    );
     const out = await processRecoveryChecks(pool, inst, config);
     expect(out.get(requestId)).toEqual({ outcome: 'deferred', ownerId: p });
     expect((await bindingRow(pool, h!.effectId))!.retired_at_ms).toBeNull();
@@ -165,7 +167,7 @@ describe('recovery races', () => {
     // The application's commit holds the actor's row lock; staging a check must not need another connection.
     const requestId = await withTx(pool, { budgetMs: 3000 }, async (tx) => {
       await tx.query('select id from actor_instances where id = $1 for update', [inst]);
-      return (await requestEffectRecovery(tx, h)).requestId;
+      return (await requestEffectRecovery(tx, h.instanceId, h)).requestId;
     });
     const out = await processRecoveryChecks(pool, inst, config);
     expect(out.get(requestId)).toMatchObject({ outcome: 'retired' });

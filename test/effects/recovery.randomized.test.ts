@@ -105,7 +105,7 @@ it('hundreds of concurrent emit/claim/complete/fail/poll/check/prune operations:
         const bound = handles.filter((_, i) => i % 2 === 0);
         if (bound.length === 0) return;
         const h = pick(bound);
-        await withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, h));
+        await withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, h.instanceId, h));
         await processRecoveryChecks(pool, h.instanceId, cfg);
       },
       stale: () => ageHeartbeat(pool, pick(procs), 40_000 + Math.floor(rand() * 60_000)),

@@ -42,7 +42,7 @@ async function seed() {
   await completeEffects(pool, worker, [{ id: done!.effectId, result: 1 }]);
   await failEffects(pool, worker, [{ id: failed!.effectId, error: 'x' }]);
   // A check on the completed effect, resolved right away.
-  await withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, done!));
+  await withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, done!.instanceId, done!));
   await pool.query(
     `update effect_recovery_checks set outcome = 'completed', resolved_at_ms = app_now_ms()
       where effect_id = $1`,

@@ -184,8 +184,8 @@ describe('recovery', () => {
     await setDbClockOffset(pool, 2 * 86_400_000);
     await pool.query('delete from effects where id = any($1::uuid[])', [[retired!.effectId, done!.effectId]]);
     const [r1, r2] = await withTx(pool, { budgetMs: 5000 }, async (tx) => [
-      await requestEffectRecovery(tx, retired!),
-      await requestEffectRecovery(tx, done!),
+      await requestEffectRecovery(tx, retired!.instanceId, retired!),
+      await requestEffectRecovery(tx, done!.instanceId, done!),
     ]);
     const out = await processRecoveryChecks(pool, inst, config);
     expect(out.get(r1!.requestId)).toMatchObject({ outcome: 'already_retired' });
@@ -195,7 +195,7 @@ describe('recovery', () => {
     await setDbClockOffset(pool, 8 * 86_400_000);
     await pruneRecoveryBindings(pool);
     await expect(
-      withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, retired!)),
+      withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, retired!.instanceId, retired!)),
     ).rejects.toMatchObject({
       code: 'gone',
     });

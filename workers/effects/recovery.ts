@@ -120,18 +120,33 @@ const HandleSchema = z.object({
 });
 
 /**
+ * The handle, if it belongs to `callerInstanceId`. Bindings do not authorize cross-actor
+ * access (effect-recovery.md): a check on another instance's effect could retire it and
+ * write into that instance's mailbox, so it is refused with `forbidden`.
+ */
+export function ownHandle(callerInstanceId: string, handle: EffectHandle): EffectHandle {
+  const h = HandleSchema.parse(handle);
+  if (h.instanceId !== callerInstanceId)
+    throw new AppError('forbidden', 'an actor can request recovery checks only for its own effects', {
+      effectId: h.effectId,
+    });
+  return handle;
+}
+
+/**
  * Stages an explicit recovery check on the caller's transaction connection: one insert,
  * no other transaction, whatever locks the caller holds. The check runs after the caller
  * commits (ActorHost wake, or the minute pass) and its answer arrives in the origin's
  * mailbox as `effect:<id>:check:<requestId>`. The request id is internal.
- * Throws `gone` when the effect has no binding on this instance (never bound, or pruned
- * after its retention lifetime).
+ * Throws `forbidden` for another instance's handle, and `gone` when the effect has no live
+ * binding on this instance (never bound, or past its retention).
  */
 export async function requestEffectRecovery(
   tx: Queryable,
+  callerInstanceId: string,
   handle: EffectHandle,
 ): Promise<{ requestId: string }> {
-  const h = HandleSchema.parse(handle);
+  const h = ownHandle(callerInstanceId, handle);
   const { rows } = await tx.query<{ id: string }>(
     `insert into effect_recovery_checks (effect_id, origin_instance_id)
      select r.effect_id, r.origin_instance_id from effect_recoveries r

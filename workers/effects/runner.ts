@@ -5,7 +5,7 @@ import { log } from '../log';
 import { commitActor } from './commit';
 import { EffectStage } from './emit';
 import { loadInstance, pendingMessages, recordFailedDelivery } from './mailbox';
-import { requestEffectRecovery } from './recovery';
+import { ownHandle, requestEffectRecovery } from './recovery';
 import type { ActorEvent, EffectRegistry } from './registry';
 import { claimEffects, completeEffects, failEffects } from './scheduler';
 import { DEFAULT_MAILBOX_MAX_ATTEMPTS, type EffectHandle, type EffectRuntimeConfig } from './types';
@@ -66,8 +66,9 @@ export async function drainStep(
         setTimer: (at) => {
           wakeAtMs = at;
         },
+        // Refused at once, in the handler, for another actor's handle: the handler may catch it.
         requestRecovery: (h) => {
-          checks.push(h);
+          checks.push(ownHandle(instanceId, h));
         },
         inCommit: (w) => {
           writes.push(w);
@@ -88,7 +89,7 @@ export async function drainStep(
         );
         for (const w of writes) await w(tx);
         const ids: string[] = [];
-        for (const h of checks) ids.push((await requestEffectRecovery(tx, h)).requestId);
+        for (const h of checks) ids.push((await requestEffectRecovery(tx, instanceId, h)).requestId);
         return ids;
       });
       return {
