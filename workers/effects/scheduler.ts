@@ -57,25 +57,28 @@ interface WriteBackRow {
 }
 
 /**
- * The lock half of a write-back, as CTEs so the whole write-back is one statement (one round
- * trip instead of three). `inst` locks the origin instances (`for share`, ordered by ID);
- * `locked` refers to it through an uncorrelated scalar subquery, which Postgres runs as a
- * one-time filter before scanning effects, so every instance lock is held before the first
- * effect lock (spec: completion/failure lock the instance before the effect). `locked` then
+ * The first statement of every write-back: locks the origin instances (`for share`, ordered
+ * by ID). An explicit statement, so every instance lock is held before the first effect lock
+ * whatever plan the effect statement gets (spec: completion/failure lock the instance before
+ * the effect). $1 = effect ids.
+ */
+const LOCK_INSTANCES = `
+  select id from actor_instances
+   where id in (select origin_instance_id from effects where id = any($1::uuid[]))
+   order by id for share`;
+
+/**
+ * The effect half of a write-back, as a CTE so locking and writing are one statement. `locked`
  * locks the effects in ID order; `live` is evaluated on the row version it locked (read
  * committed re-reads a row changed while it waited), so a claim retired, requeued or taken
  * over in the meantime is not live. $1 = process id, $2 = effect ids.
  */
 const LOCK_FOR_WRITE_BACK = `
-  with inst as (
-    select id from actor_instances
-     where id in (select origin_instance_id from effects where id = any($2::uuid[]))
-     order by id for share),
-  locked as (
+  with locked as (
     select e.id, e.origin_instance_id, e.notify_on_complete, e.attempts, e.max_attempts,
            (e.status = 'processing' and e.locked_by = $1) as live
       from effects e
-     where e.id = any($2::uuid[]) and (select count(*) from inst) >= 0
+     where e.id = any($2::uuid[])
      order by e.id for update)`;
 
 /** Splits the locked rows into live claims and rejected ids; logs a late write. */
@@ -116,6 +119,7 @@ export async function completeEffects(
   const resultOf = new Map(results.map((r) => [r.id, r.result ?? null]));
   const ids = [...resultOf.keys()];
   return withTx(pool, { budgetMs }, async (tx) => {
+    await tx.query(LOCK_INSTANCES, [ids]);
     const { rows } = await tx.query<WriteBackRow>(
       `${LOCK_FOR_WRITE_BACK},
        done as (
@@ -156,6 +160,7 @@ export async function failEffects(
   const errorOf = new Map(failures.map((f) => [f.id, f.error.slice(0, 2000)]));
   const ids = [...errorOf.keys()];
   return withTx(pool, { budgetMs }, async (tx) => {
+    await tx.query(LOCK_INSTANCES, [ids]);
     const { rows } = await tx.query<WriteBackRow>(
       `${LOCK_FOR_WRITE_BACK},
        clock as (select app_now_ms() as ms),
