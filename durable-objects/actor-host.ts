@@ -3,7 +3,7 @@ import type { Pool } from '@neondatabase/serverless';
 import { openPool } from '../workers/db/pool';
 import { effectConfigFrom, heartbeatEveryMs } from '../workers/effects/host-config';
 import { loadInstance } from '../workers/effects/mailbox';
-import { heartbeat, registerProcess } from '../workers/effects/processes';
+import { heartbeat, registerProcess, releaseProcess } from '../workers/effects/processes';
 import { processRecoveryChecks } from '../workers/effects/recovery';
 import { effectRegistry } from '../workers/effects/registry';
 import { drainInstance, runClaimedEffects } from '../workers/effects/runner';
@@ -90,10 +90,13 @@ export class ActorHost extends DurableObject<Env> {
     if (!instanceId) return;
     if (this.pumping) {
       // Effects may be in flight: heartbeat and come back, without waiting for the pump
-      // (alarms do not overlap, so awaiting it would stop the heartbeat cadence).
-      await this.withPool((pool) => this.beat(pool)).catch((err) =>
-        log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
-      );
+      // (alarms do not overlap, so awaiting it would stop the heartbeat cadence). Only a
+      // process the pump still holds: one it already released needs no heartbeat.
+      const processId = await this.ctx.storage.get<string>('processId');
+      if (processId)
+        await this.withPool((pool) => heartbeat(pool, processId)).catch((err) =>
+          log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
+        );
       await this.alarmClock.set(Date.now() + heartbeatEveryMs(this.config()));
       this.again = true;
       return;
@@ -155,6 +158,11 @@ export class ActorHost extends DurableObject<Env> {
         report.failed += r.failed;
         if (r.claimed < EFFECT_BATCH) break;
       }
+      // Done with its claims: the process row goes (or, if a write-back failed and it still
+      // owns an effect, stops with its heartbeat evidence kept). Rows then track work in
+      // flight, not every conversation this service ever hosted; the next pump registers anew.
+      await releaseProcess(pool, processId);
+      await this.ctx.storage.delete('processId');
       // Completions may have sent callbacks (failed/completed) to this very mailbox.
       report.handled += await drainInstance(pool, effectRegistry, instanceId, config);
       report.alarmAt = await this.nextAlarm(pool, instanceId);

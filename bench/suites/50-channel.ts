@@ -139,6 +139,19 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   );
   const base = `http://127.0.0.1:${port}`;
   const rows: BenchRow[] = [];
+  // Process bookkeeping (effect-recovery): effect_processes rows sampled through the run.
+  const db = stack.pg(1);
+  const processRows = async () =>
+    Number((await db.query('select count(*)::int as n from effect_processes')).rows[0].n);
+  let peakProcesses = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      peakProcesses = Math.max(peakProcesses, await processRows());
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
+  let events = 0;
   try {
     const { installationId, appId } = await setupApp(base, adminToken, lark.url);
     const perLevel = Number(process.env.BENCH_CHANNEL_EVENTS ?? 128);
@@ -163,6 +176,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
           }
         }),
       );
+      events += n + 1;
       const hooks = bridge.conns.slice(before).filter((c) => c.webhook);
       const trips = hooks.reduce((a, c) => a + c.trips, 0);
       rows.push({
@@ -176,7 +190,21 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
         failures,
       });
     }
+    // Let the debounced turns (CHANNEL_DEBOUNCE_MS) and their replies finish, then count.
+    await new Promise((r) => setTimeout(r, 10_000));
+    sampling = false;
+    await sampler;
+    rows.push({
+      suite: 'channel',
+      case: `effect_processes rows over ${events} events in ${events} chats: peak / after the turns`,
+      n: events,
+      peak: peakProcesses,
+      after: await processRows(),
+    });
   } finally {
+    sampling = false;
+    await sampler.catch(() => undefined); // the row above reports; a late sampling error changes nothing
+    await db.end();
     if (worker.pid && worker.exitCode === null) process.kill(-worker.pid, 'SIGTERM');
     await lark.close();
     await bridge.close();

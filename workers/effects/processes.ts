@@ -1,3 +1,4 @@
+import type { Pool } from '@neondatabase/serverless';
 import { EFFECT_PROTOCOL_VERSION, type Queryable } from './types';
 
 /** Registers a process that may claim effects; returns its id (the claim owner). */
@@ -62,4 +63,21 @@ export async function pruneProcesses(q: Queryable, pruneAfterMs: number, batch =
     [pruneAfterMs, batch],
   );
   return res.rowCount ?? 0;
+}
+
+/**
+ * Ends a process that is done with its work: deleted when it owns no processing effect (no
+ * recovery will ever read its heartbeat), otherwise stopped with its evidence kept, as
+ * `stopProcess` does. The ActorHost calls it after each pump, so the table holds processes
+ * with work in flight, not one row per conversation ever seen.
+ */
+export async function releaseProcess(pool: Pool, processId: string): Promise<'deleted' | 'stopped'> {
+  const deleted = await pool.query(
+    `delete from effect_processes p where p.id = $1
+        and not exists (select 1 from effects e where e.locked_by = p.id and e.status = 'processing')`,
+    [processId],
+  );
+  if ((deleted.rowCount ?? 0) === 1) return 'deleted';
+  await stopProcess(pool, processId);
+  return 'stopped';
 }
