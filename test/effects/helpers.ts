@@ -3,9 +3,10 @@ import { withTx } from '../../workers/db/tx';
 import { commitActor } from '../../workers/effects/commit';
 import { EffectStage, type EmitOptions } from '../../workers/effects/emit';
 import { ensureInstance, loadInstance } from '../../workers/effects/mailbox';
+import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { claimEffects } from '../../workers/effects/scheduler';
 import { type EffectHandle, effectConfig } from '../../workers/effects/types';
-import { testPool, uid } from '../helpers/db';
+import { advanceDbClock, testPool, uid } from '../helpers/db';
 
 /** The production defaults (30 s liveness floor, 100 candidates per pass). */
 export const config = effectConfig();
@@ -107,3 +108,17 @@ export async function neverBlocked<T>(pool: Pool, pid: number, work: Promise<T>)
 }
 
 export { withTx };
+
+/**
+ * A recovery-bound effect of a new `type` instance whose owner claimed it, stopped, and has
+ * been silent ten minutes (database time): the next poll or check retires it.
+ */
+export async function stoppedOwnerEffect(pool: Pool, type: string) {
+  const inst = await newInstance(pool, type);
+  const [h] = await emit(pool, inst, [{ opts: { recovery: { operation: 'replace' } } }]);
+  const owner = await registerProcess(pool, type);
+  await claimOf(pool, owner, inst);
+  await stopProcess(pool, owner);
+  await advanceDbClock(pool, 10 * 60_000);
+  return { inst, handle: h!, owner };
+}

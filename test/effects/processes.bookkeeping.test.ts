@@ -24,14 +24,20 @@ const pool = testPool();
 afterAll(() => pool.end());
 
 const processRows = async () =>
-  Number((await pool.query("select count(*)::int as n from effect_processes where role = 'actor-host'")).rows[0].n);
+  Number(
+    (await pool.query("select count(*)::int as n from effect_processes where role = 'actor-host'")).rows[0].n,
+  );
 
 describe('spec: process bookkeeping stays bounded', () => {
   it('an actor host that has run its effects leaves no process row behind: rows track work in flight, not conversations seen', async () => {
     for (let i = 0; i < 5; i++) {
       const inst = await ensureInstance(pool, 'bookkeeping-test', uid('c'));
       await withTx(pool, { budgetMs: 5000 }, (tx) => enqueueMessage(tx, inst, 'in:1', i));
-      expect(await actorHostStub(env, inst).wake(inst)).toMatchObject({ handled: 1, claimed: 1, completed: 1 });
+      expect(await actorHostStub(env, inst).wake(inst)).toMatchObject({
+        handled: 1,
+        claimed: 1,
+        completed: 1,
+      });
     }
     expect(await processRows()).toBe(0);
   });
@@ -41,12 +47,16 @@ describe('spec: process bookkeeping stays bounded', () => {
     const [h] = await emit(pool, inst, [{ opts: { recovery: { operation: 'replace' } } }]);
     const owner = await registerProcess(pool, 'bookkeeping');
     await claimOf(pool, owner, inst);
-    const before = (await pool.query('select heartbeat_at_ms from effect_processes where id = $1', [owner])).rows[0];
+    const before = (await pool.query('select heartbeat_at_ms from effect_processes where id = $1', [owner]))
+      .rows[0];
     expect(await releaseProcess(pool, owner)).toBe('stopped');
     const after = (
       await pool.query('select heartbeat_at_ms, stopped_at_ms from effect_processes where id = $1', [owner])
     ).rows[0];
-    expect(after).toMatchObject({ heartbeat_at_ms: before.heartbeat_at_ms, stopped_at_ms: expect.any(String) });
+    expect(after).toMatchObject({
+      heartbeat_at_ms: before.heartbeat_at_ms,
+      stopped_at_ms: expect.any(String),
+    });
     expect((await pool.query('select locked_by from effects where id = $1', [h!.effectId])).rows[0]).toEqual({
       locked_by: owner,
     });

@@ -1,9 +1,8 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
-import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { processRecoveryChecks, requestEffectRecovery } from '../../workers/effects/recovery';
-import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
-import { bindingRow, claimOf, config, effectRow, emit, newInstance } from './helpers';
+import { setDbClockOffset, testPool } from '../helpers/db';
+import { bindingRow, config, effectRow, stoppedOwnerEffect } from './helpers';
 
 const pool = testPool();
 afterEach(() => setDbClockOffset(pool, 0));
@@ -11,14 +10,11 @@ afterAll(() => pool.end());
 
 /** A recovery-bound effect whose owner stopped ten minutes ago, with one open check on it. */
 async function staleWithCheck() {
-  const inst = await newInstance(pool, 'atomic');
-  const [h] = await emit(pool, inst, [{ opts: { recovery: { operation: 'replace' } } }]);
-  const owner = await registerProcess(pool, 'atomic');
-  await claimOf(pool, owner, inst);
-  await stopProcess(pool, owner);
-  await advanceDbClock(pool, 10 * 60_000);
-  const { requestId } = await withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, inst, h!));
-  return { inst, effectId: h!.effectId, requestId, owner };
+  const { inst, handle, owner } = await stoppedOwnerEffect(pool, 'atomic');
+  const { requestId } = await withTx(pool, { budgetMs: 5000 }, (tx) =>
+    requestEffectRecovery(tx, inst, handle),
+  );
+  return { inst, effectId: handle.effectId, requestId, owner };
 }
 
 /** A row already under `key`: the runtime's own insert of that key fails (unique violation). */

@@ -1,14 +1,13 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { enqueueMessage, loadInstance } from '../../workers/effects/mailbox';
-import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { processRecoveryChecks, requestEffectRecovery } from '../../workers/effects/recovery';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainStep } from '../../workers/effects/runner';
 import type { EffectHandle } from '../../workers/effects/types';
 import { AppError } from '../../workers/errors';
-import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
-import { bindingRow, claimOf, config, effectRow, emit, messages, newInstance } from './helpers';
+import { setDbClockOffset, testPool } from '../helpers/db';
+import { bindingRow, config, effectRow, messages, newInstance, stoppedOwnerEffect } from './helpers';
 
 // An actor that asks for a check on whatever handle its message carries.
 effectRegistry.registerActor<{ asked: number }>({
@@ -29,13 +28,8 @@ afterAll(async () => {
 
 /** Another actor's recovery-bound effect whose owner stopped long ago: retirable by a check. */
 async function foreignStaleEffect() {
-  const victim = await newInstance(pool, 'cross-actor-victim');
-  const [h] = await emit(pool, victim, [{ opts: { recovery: { operation: 'replace' } } }]);
-  const owner = await registerProcess(pool, 'cross-actor');
-  await claimOf(pool, owner, victim);
-  await stopProcess(pool, owner);
-  await advanceDbClock(pool, 10 * 60_000);
-  return { victim, handle: h! };
+  const { inst, handle } = await stoppedOwnerEffect(pool, 'cross-actor-victim');
+  return { victim: inst, handle };
 }
 
 const checkRows = async (instanceId: string) =>
