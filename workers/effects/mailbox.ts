@@ -136,12 +136,25 @@ export async function enqueueRuntimeMessages(
   messages: { key: string; payload: unknown }[],
 ): Promise<void> {
   if (messages.length === 0) return;
-  await q.query(
-    `insert into actor_mailbox (instance_id, message_key, payload)
-     select $1, m.key, m.payload::jsonb from unnest($2::text[], $3::text[]) with ordinality as m(key, payload, n)
-      order by m.n`,
-    [instanceId, messages.map((m) => m.key), messages.map((m) => JSON.stringify(m.payload ?? null))],
-  );
+  await q.query(runtimeMessagesSql('$1', '$2', '$3'), [instanceId, ...runtimeMessagesParams(messages)]);
+}
+
+/**
+ * `enqueueRuntimeMessages` as SQL text, for a caller that ends its own `with` chain of
+ * transitions with it (recovery-decide.ts): one text, so the two cannot drift. Arguments
+ * are parameter placeholders: the instance id, then `runtimeMessagesParams`' two arrays.
+ * Messages get their ids (delivery order) in array order.
+ */
+export function runtimeMessagesSql(instanceId: string, keys: string, payloads: string): string {
+  return `insert into actor_mailbox (instance_id, message_key, payload)
+     select ${instanceId}, m.key, m.payload::jsonb
+       from unnest(${keys}::text[], ${payloads}::text[]) with ordinality as m(key, payload, n)
+      order by m.n`;
+}
+
+/** The keys and JSON payloads `runtimeMessagesSql` takes, in order. */
+export function runtimeMessagesParams(messages: { key: string; payload: unknown }[]): [string[], string[]] {
+  return [messages.map((m) => m.key), messages.map((m) => JSON.stringify(m.payload ?? null))];
 }
 
 /** Pending messages of one instance in order (available ones only). */

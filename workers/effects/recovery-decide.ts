@@ -1,4 +1,4 @@
-import { enqueueRuntimeMessages } from './mailbox';
+import { runtimeMessagesParams, runtimeMessagesSql } from './mailbox';
 import {
   checkKey,
   type EffectRuntimeConfig,
@@ -31,15 +31,24 @@ interface LockedEffect {
   last_error: string | null;
 }
 
-interface LockedProcess {
-  id: string;
-  heartbeat_at_ms: string;
-}
+/**
+ * The owner processes by ID (`for share`) and database wall time, in one round trip. The
+ * aggregate emits its single row only after the locking subquery has returned, and locked,
+ * every row; `app_now_ms()` is computed for that row, so after the last lock is held. It is
+ * volatile and not inlined (its test-clock sub-select), so it reads a fresh snapshot then, as
+ * a separate statement would. With no owners the row still comes: the time, empty arrays.
+ */
+const OWNERS_THEN_NOW_SQL = `select app_now_ms() as now,
+        coalesce(array_agg(l.id::text), '{}') as ids,
+        coalesce(array_agg(l.heartbeat_at_ms::text), '{}') as heartbeats
+   from (select id, heartbeat_at_ms from effect_processes
+          where id = any($1::bigint[]) order by id for share) l`;
 
 /**
  * Locks, in the one order every recovery path uses: the origin instance; the effects by
  * ID; their bindings by effect ID; then the current owner processes by ID (after all
  * effect and binding locks). Database wall time is read only after every lock is held.
+ * One statement per table, so the order is the statements' order, never a plan's choice.
  * Returns null when the instance is gone (its effects and bindings went with it).
  */
 async function lockAll(tx: Queryable, instanceId: string, effectIds: string[]) {
@@ -60,18 +69,47 @@ async function lockAll(tx: Queryable, instanceId: string, effectIds: string[]) {
   const owners = [
     ...new Set(effects.rows.flatMap((e) => (e.status === 'processing' && e.locked_by ? [e.locked_by] : []))),
   ];
-  const procs = await tx.query<LockedProcess>(
-    'select id, heartbeat_at_ms from effect_processes where id = any($1::bigint[]) order by id for share',
-    [owners],
-  );
-  const { rows } = await tx.query<{ now: string }>('select app_now_ms() as now');
+  const { rows } = await tx.query<{ now: string; ids: string[]; heartbeats: string[] }>(OWNERS_THEN_NOW_SQL, [
+    owners,
+  ]);
+  const { now, ids, heartbeats } = rows[0]!;
   return {
     effects: new Map(effects.rows.map((e) => [e.id, e])),
     bindings: new Map(bindings.rows.map((b) => [b.effect_id, b])),
-    procs: new Map(procs.rows.map((p) => [p.id, p])),
-    now: Number(rows[0]!.now),
+    /** Locked heartbeat (ms) by owner process id; a missing owner has none. */
+    heartbeats: new Map(ids.map((id, i) => [id, Number(heartbeats[i])])),
+    now: Number(now),
   };
 }
+
+/** What a stale decision writes to one effect. */
+type Transition = 'retired' | 'dead' | 'pending';
+
+const STALE_LAST_ATTEMPT = 'owner stale after last attempt';
+
+/**
+ * Every transition of one decision and its runtime messages, in one statement: bindings
+ * stamped retired, effects moved (retired: completed with the claim cleared; dead; back to
+ * pending), then the messages in array order. Every effect and binding row it writes is
+ * locked already, and the mailbox's foreign key reuses the instance lock: no new lock
+ * order. One statement, so the transitions and the messages succeed or fail together.
+ * $1 instance, $2 effect ids, $3 transitions, $4 now, $5 dead error, $6/$7 messages.
+ */
+const WRITE_SQL = `with t as (
+    select * from unnest($2::uuid[], $3::text[]) as t(id, next)
+  ), retired as (
+    update effect_recoveries r set retired_at_ms = $4::bigint
+      from t where r.effect_id = t.id and t.next = 'retired'
+  ), moved as (
+    update effects e
+       set status = case t.next when 'retired' then 'completed' else t.next end,
+           locked_by = null, locked_at_ms = null,
+           finished_at_ms = case t.next when 'pending' then e.finished_at_ms else $4::bigint end,
+           run_at_ms = case t.next when 'pending' then $4::bigint else e.run_at_ms end,
+           last_error = case t.next when 'dead' then $5::text else e.last_error end
+      from t where e.id = t.id
+  )
+  ${runtimeMessagesSql('$1', '$6', '$7')}`;
 
 export interface DecideResult {
   outcomes: Map<string, RecoveryOutcome>;
@@ -87,8 +125,9 @@ export interface DecideResult {
  * than greatest(runtime threshold, the binding's timeout). Opted-in stale effects are
  * retired (binding stamped, claim cleared, stored as completed, `effect:<id>:recovery`
  * enqueued); others get ordinary scheduler behaviour (back to pending, or dead after the
- * last attempt). Check responses are enqueued after the recovery message; any insert
- * failure throws and the caller's rollback undoes the whole decision.
+ * last attempt). Check responses are enqueued after the recovery messages. All writes are
+ * one statement (`WRITE_SQL`) whatever the batch size; any failure throws and the caller's
+ * rollback undoes the whole decision.
  */
 export async function decideRecovery(
   tx: Queryable,
@@ -104,7 +143,8 @@ export async function decideRecovery(
     for (const id of sorted) result.outcomes.set(id, { outcome: 'missing' });
     return result;
   }
-  const { effects, bindings, procs, now } = locked;
+  const { effects, bindings, heartbeats, now } = locked;
+  const transitions: { id: string; next: Transition }[] = [];
   const messages: { key: string; payload: unknown }[] = [];
   for (const id of sorted) {
     const e = effects.get(id);
@@ -116,18 +156,12 @@ export async function decideRecovery(
     else if (e.status === 'dead') out = { outcome: 'dead', error: e.last_error };
     else if (e.status === 'pending') out = { outcome: 'pending' };
     else {
-      const owner = e.locked_by ? procs.get(e.locked_by) : undefined;
+      const heartbeat = e.locked_by ? heartbeats.get(e.locked_by) : undefined;
       const effective = Math.max(config.staleAfterMs, Number(b?.timeout_ms ?? 0));
-      const stale = !owner || Number(owner.heartbeat_at_ms) < now - effective;
+      const stale = heartbeat === undefined || heartbeat < now - effective;
       if (!stale) out = { outcome: 'deferred', ownerId: e.locked_by! };
       else if (b?.recovery_operation) {
-        // Both rows are locked already; one statement saves a round trip per retirement.
-        await tx.query(
-          `with b as (update effect_recoveries set retired_at_ms = $2 where effect_id = $1 returning effect_id)
-           update effects set status = 'completed', locked_by = null, locked_at_ms = null, finished_at_ms = $2
-            where id = (select effect_id from b)`,
-          [id, now],
-        );
+        transitions.push({ id, next: 'retired' });
         messages.push({
           key: recoveryKey(id),
           payload: {
@@ -141,22 +175,11 @@ export async function decideRecovery(
         result.retired.push(id);
         out = { outcome: 'retired', retiredAtMs: now };
       } else if (e.attempts >= e.max_attempts) {
-        await tx.query(
-          `update effects set status = 'dead', locked_by = null, locked_at_ms = null, finished_at_ms = $2,
-                  last_error = 'owner stale after last attempt' where id = $1`,
-          [id, now],
-        );
-        messages.push({
-          key: failedKey(id),
-          payload: { effectId: id, error: 'owner stale after last attempt' },
-        });
-        out = { outcome: 'dead', error: 'owner stale after last attempt' };
+        transitions.push({ id, next: 'dead' });
+        messages.push({ key: failedKey(id), payload: { effectId: id, error: STALE_LAST_ATTEMPT } });
+        out = { outcome: 'dead', error: STALE_LAST_ATTEMPT };
       } else {
-        await tx.query(
-          `update effects set status = 'pending', locked_by = null, locked_at_ms = null, run_at_ms = $2
-            where id = $1`,
-          [id, now],
-        );
+        transitions.push({ id, next: 'pending' });
         out = { outcome: 'pending' };
       }
     }
@@ -178,6 +201,14 @@ export async function decideRecovery(
       payload: { effectId: c.effectId, requestId: c.requestId, ...out },
     });
   }
-  await enqueueRuntimeMessages(tx, instanceId, messages);
+  if (transitions.length > 0 || messages.length > 0)
+    await tx.query(WRITE_SQL, [
+      instanceId,
+      transitions.map((t) => t.id),
+      transitions.map((t) => t.next),
+      now,
+      STALE_LAST_ATTEMPT,
+      ...runtimeMessagesParams(messages),
+    ]);
   return result;
 }
