@@ -28,14 +28,21 @@ export async function heartbeat(q: Queryable, processId: string): Promise<boolea
  * Graceful shutdown. Claims without a recovery opt-in go back to pending at once (they run
  * again elsewhere). Opted-in claims are kept, and the heartbeat is left as it was: it is
  * the evidence recovery reads, so those effects are retired only after their own grace.
- * Locks effects before the process row, as the lock order requires.
+ * Lock order (effect-recovery.md): the released effects by ID (`mine`, a locking CTE, so the
+ * order is the sort's and not the plan's), then the process row. Like a claim it never locks
+ * an instance: releasing a claim writes no message, and no instance lock is taken after an
+ * effect lock, so it cannot close a cycle with the instance-first paths.
  */
 export async function stopProcess(q: Queryable, processId: string): Promise<{ released: number }> {
   const released = await q.query(
-    `update effects e set status = 'pending', locked_by = null, locked_at_ms = null, run_at_ms = app_now_ms()
-      where e.locked_by = $1 and e.status = 'processing'
-        and not exists (select 1 from effect_recoveries r
-                         where r.effect_id = e.id and r.recovery_operation is not null)`,
+    `with mine as (
+       select e.id from effects e
+        where e.locked_by = $1 and e.status = 'processing'
+          and not exists (select 1 from effect_recoveries r
+                           where r.effect_id = e.id and r.recovery_operation is not null)
+        order by e.id for update of e)
+     update effects e set status = 'pending', locked_by = null, locked_at_ms = null, run_at_ms = app_now_ms()
+       from mine where e.id = mine.id`,
     [processId],
   );
   await q.query(

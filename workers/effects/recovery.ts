@@ -230,14 +230,22 @@ export async function pruneRecoveryChecks(
  * Bindings past their lifetime, one bounded batch; returns how many. A binding lives while its
  * effect is pending or processing, and one lifetime past the later of emit and the effect's
  * end (`effect_binding_live`, migrations/0013); the expiry index narrows the candidates.
+ * `locked` takes the picked bindings in effect-ID order, the order a check batch locks them
+ * in (effect-recovery.md), and re-reads liveness on the row version it locked.
  */
 export async function pruneExpiredBindings(q: Queryable, batch = 1000): Promise<number> {
   const res = await q.query(
-    `delete from effect_recoveries where effect_id in (
+    `with picked as (
        select r.effect_id from effect_recoveries r
         where r.expires_at_ms < (select app_now_ms())
           and not effect_binding_live(r, (select app_now_ms()))
-        limit $1)`,
+        limit $1),
+     locked as (
+       select r.effect_id from effect_recoveries r
+        where r.effect_id = any(array(select effect_id from picked))
+          and not effect_binding_live(r, (select app_now_ms()))
+        order by r.effect_id for update)
+     delete from effect_recoveries r using locked where r.effect_id = locked.effect_id`,
     [batch],
   );
   return res.rowCount ?? 0;
@@ -253,12 +261,19 @@ export async function pruneRecoveryBindings(q: Queryable, batch = 1000): Promise
   return pruneExpiredBindings(q, batch);
 }
 
-/** Deletes terminal effects past retention (bindings stay), one bounded batch. */
+/**
+ * Deletes terminal effects past retention (bindings stay), one bounded batch. `picked` uses the
+ * finished index; `locked` takes those rows in ID order, the order every other effect lock
+ * uses (effect-recovery.md). Terminal states are final, so the pick needs no re-check.
+ */
 export async function pruneEffects(q: Queryable, retentionMs: number, batch = 1000): Promise<number> {
   const res = await q.query(
-    `delete from effects where id in (
+    `with picked as (
        select id from effects where status in ('completed', 'dead')
-          and finished_at_ms < (select app_now_ms()) - $1::bigint limit $2)`,
+          and finished_at_ms < (select app_now_ms()) - $1::bigint limit $2),
+     locked as (
+       select id from effects where id = any(array(select id from picked)) order by id for update)
+     delete from effects e using locked where e.id = locked.id`,
     [retentionMs, batch],
   );
   return res.rowCount ?? 0;
