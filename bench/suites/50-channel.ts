@@ -155,7 +155,9 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   try {
     const { installationId, appId } = await setupApp(base, adminToken, lark.url);
     const perLevel = Number(process.env.BENCH_CHANNEL_EVENTS ?? 128);
-    for (const concurrency of [1, 16, 64]) {
+    // BENCH_CHANNEL_LEVELS=64 runs one level only (e.g. many events for the process count).
+    const levels = (process.env.BENCH_CHANNEL_LEVELS ?? '1,16,64').split(',').map(Number);
+    for (const concurrency of levels) {
       const n = Math.max(perLevel, concurrency * 2);
       const deliveries = await Promise.all(
         Array.from({ length: n }, (_, i) => buildDelivery(lark.url, appId, `bench-${concurrency}-${i}`)),
