@@ -1,6 +1,6 @@
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
-import { createFileDatabase } from './test/setup/stack';
+import { createFileDatabase, startFileEmulator } from './test/setup/stack';
 
 export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
 export const TEST_SECRET_KEYS = JSON.stringify({
@@ -21,7 +21,7 @@ export default defineConfig({
       {
         plugins: [
           // Called once per test file (each file runs in its own workerd instance): every file
-          // gets its own database, copied from the migrated template.
+          // gets its own database, copied from the migrated template, and its own Lark emulator.
           cloudflareTest(async ({ inject }) => ({
             main: './workers/index.ts',
             wrangler: { configPath: './wrangler.toml' },
@@ -33,7 +33,7 @@ export default defineConfig({
                   inject('databasePrefix'),
                 ),
                 NEON_WS_PROXY: inject('wsProxy'),
-                LARK_API_BASE: inject('larkBase'),
+                LARK_API_BASE: await startFileEmulator(),
                 ADMIN_TOKEN: TEST_ADMIN_TOKEN,
                 SECRET_KEYS: TEST_SECRET_KEYS,
                 LOG_LEVEL: 'warn',
@@ -55,8 +55,9 @@ export default defineConfig({
           include: ['test/**/*.test.ts'],
           exclude: ['test/node/**'],
           setupFiles: ['./test/setup/file-database.ts', './test/setup/tx-retries.ts'],
-          // Each file has its own database, but they share the Lark emulator's state.
-          fileParallelism: false,
+          // Files share nothing (database, emulator, Durable Objects are their own): two at once.
+          fileParallelism: true,
+          maxWorkers: 2,
         },
       },
       {

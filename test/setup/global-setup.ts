@@ -1,6 +1,5 @@
 import type { TestProject } from 'vitest/node';
-import { startLarkEmulator } from '../../emulator/server';
-import { startTestStack } from './stack';
+import { closeFileEmulators, startTestStack } from './stack';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -10,7 +9,6 @@ declare module 'vitest' {
     /** Prefix of every database this run creates. */
     databasePrefix: string;
     wsProxy: string;
-    larkBase: string;
     /** Seed of every randomized test in this run (TEST_SEED to replay one). */
     testSeed: number;
   }
@@ -27,11 +25,8 @@ export default async function setup(project: TestProject) {
   project.provide('templateDatabase', stack.template);
   project.provide('databasePrefix', stack.prefix);
   project.provide('wsProxy', stack.wsProxy);
-  // The Lark emulator, for the Worker's LARK_API_BASE and for tests that drive it over HTTP.
-  const lark = await startLarkEmulator();
-  project.provide('larkBase', lark.url);
   return async () => {
-    await lark.close();
+    await closeFileEmulators();
     await stack.stop();
   };
 }

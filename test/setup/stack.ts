@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { type LarkEmulator, startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';
 import { migrate } from '../../scripts/lib/migrator';
 import { adminQuery, usePostgres, withDatabase } from '../../scripts/lib/postgres';
@@ -82,4 +83,27 @@ async function dropRunDatabases(adminUrl: string, prefix: string): Promise<void>
   } finally {
     await client.end();
   }
+}
+
+/**
+ * Emulators started for test files, closed by the global teardown (the config that starts them
+ * and the global setup run in the same Node process).
+ */
+const FILE_EMULATORS = Symbol.for('reaction-ledger.test.fileEmulators');
+type Registry = { [FILE_EMULATORS]?: Set<LarkEmulator> };
+
+/** A Lark emulator of one test file's own: no fault, token or call log is seen by another. */
+export async function startFileEmulator(): Promise<string> {
+  const lark = await startLarkEmulator();
+  const g = globalThis as Registry;
+  g[FILE_EMULATORS] ??= new Set();
+  g[FILE_EMULATORS].add(lark);
+  return lark.url;
+}
+
+export async function closeFileEmulators(): Promise<void> {
+  const all = (globalThis as Registry)[FILE_EMULATORS];
+  if (!all) return;
+  await Promise.all([...all].map((e) => e.close()));
+  all.clear();
 }
