@@ -1,4 +1,5 @@
 import type { Pool } from '@neondatabase/serverless';
+import { afterAll, afterEach } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { commitActor } from '../../workers/effects/commit';
 import { EffectStage, type EmitOptions } from '../../workers/effects/emit';
@@ -6,7 +7,7 @@ import { ensureInstance, loadInstance } from '../../workers/effects/mailbox';
 import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { claimEffects } from '../../workers/effects/scheduler';
 import { type EffectHandle, effectConfig } from '../../workers/effects/types';
-import { advanceDbClock, testPool, uid } from '../helpers/db';
+import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
 
 /** The production defaults (30 s liveness floor, 100 candidates per pass). */
 export const config = effectConfig();
@@ -121,4 +122,20 @@ export async function stoppedOwnerEffect(pool: Pool, type: string) {
   await stopProcess(pool, owner);
   await advanceDbClock(pool, 10 * 60_000);
   return { inst, handle: h!, owner };
+}
+
+/**
+ * A race test file's scope: its pool, and `opened`, where tests push the racer pools and held
+ * locks they open. After each test (a failed one too) they are closed in order and the clock is
+ * reset, so a failure never leaves a lock that hangs the next test.
+ */
+export function raceScope(max = 12) {
+  const pool = testPool(max);
+  const opened: { end(): Promise<void> }[] = [];
+  afterEach(async () => {
+    for (const o of opened.splice(0)) await o.end();
+    await setDbClockOffset(pool, 0);
+  });
+  afterAll(() => pool.end());
+  return { pool, opened };
 }

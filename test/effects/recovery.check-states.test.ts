@@ -1,19 +1,13 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { registerProcess } from '../../workers/effects/processes';
 import { processRecoveryChecks, requestEffectRecovery } from '../../workers/effects/recovery';
 import { completeEffects, failEffects } from '../../workers/effects/scheduler';
 import type { EffectHandle } from '../../workers/effects/types';
-import { blockedBehind, setDbClockOffset, testPool } from '../helpers/db';
-import { ageHeartbeat, claimOf, config, emit, messages, newInstance, racer } from './helpers';
+import { blockedBehind } from '../helpers/db';
+import { ageHeartbeat, claimOf, config, emit, messages, newInstance, racer, raceScope } from './helpers';
 
-const pool = testPool();
-const opened: { end(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const p of opened.splice(0)) await p.end();
-  await setDbClockOffset(pool, 0);
-});
-afterAll(() => pool.end());
+const { pool, opened } = raceScope();
 
 const RECOVERY = { recovery: { operation: 'replace' } };
 

@@ -1,17 +1,11 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { registerProcess } from '../../workers/effects/processes';
 import { processRecoveryChecks, requestEffectRecovery } from '../../workers/effects/recovery';
-import { advanceDbClock, blockedBehind, setDbClockOffset, testPool } from '../helpers/db';
-import { ageHeartbeat, claimOf, config, emit, newInstance, racer } from './helpers';
+import { advanceDbClock, blockedBehind } from '../helpers/db';
+import { ageHeartbeat, claimOf, config, emit, newInstance, racer, raceScope } from './helpers';
 
-const pool = testPool();
-const opened: { end(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const p of opened.splice(0)) await p.end();
-  await setDbClockOffset(pool, 0);
-});
-afterAll(() => pool.end());
+const { pool, opened } = raceScope();
 
 describe('spec: "After waiting for these locks, the decision uses … a locked heartbeat, database wall time"', () => {
   it('time that passed while the decision waited on the owner lock counts: fresh when it started, retired after', async () => {

@@ -1,5 +1,5 @@
 import type { Pool } from '@neondatabase/serverless';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import {
@@ -9,8 +9,8 @@ import {
   requestEffectRecovery,
 } from '../../workers/effects/recovery';
 import { completeEffects } from '../../workers/effects/scheduler';
-import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
-import { bindingRow, claimOf, config, effectRow, emit, newInstance, racer } from './helpers';
+import { advanceDbClock, setDbClockOffset } from '../helpers/db';
+import { bindingRow, claimOf, config, effectRow, emit, newInstance, racer, raceScope } from './helpers';
 import { holdRows, rowOf, waitsOn } from './row-locks';
 
 /**
@@ -28,13 +28,7 @@ import { holdRows, rowOf, waitsOn } from './row-locks';
  * Its own file: the heap order is laid out with updates (a new row version goes to the end of
  * the heap), which needs a table with few dead versions; the layout is asserted, never assumed.
  */
-const pool = testPool();
-const opened: { end(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const o of opened.splice(0)) await o.end();
-  await setDbClockOffset(pool, 0);
-});
-afterAll(() => pool.end());
+const { pool, opened } = raceScope();
 
 const SEQ_SCAN =
   'set local enable_indexscan = off; set local enable_indexonlyscan = off; ' +

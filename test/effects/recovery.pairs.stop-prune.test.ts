@@ -1,10 +1,10 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import type { EmitOptions } from '../../workers/effects/emit';
 import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { processRecoveryChecks, pruneEffects, pruneExpiredBindings } from '../../workers/effects/recovery';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
-import { setDbClockOffset, testPool } from '../helpers/db';
+import { setDbClockOffset } from '../helpers/db';
 import {
   ageHeartbeat,
   bindingRow,
@@ -14,6 +14,7 @@ import {
   emit,
   neverBlocked,
   newInstance,
+  raceScope,
 } from './helpers';
 import {
   answered,
@@ -33,13 +34,7 @@ import { type Holder, holdRows, rowOf, waitsOn } from './row-locks';
  * fails the test (harness). Stop runs in one transaction here, the case where it still holds
  * the effects it released while it waits on its process row.
  */
-const pool = testPool(12);
-const opened: { end(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const o of opened.splice(0)) await o.end();
-  await setDbClockOffset(pool, 0);
-});
-afterAll(() => pool.end());
+const { pool, opened } = raceScope(12);
 
 const DAY = 86_400_000;
 const RECOVERY: EmitOptions = { recovery: { operation: 'replace' } };

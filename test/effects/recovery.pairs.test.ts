@@ -1,10 +1,9 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import type { EmitOptions } from '../../workers/effects/emit';
 import { registerProcess } from '../../workers/effects/processes';
 import { processRecoveryChecks, runRecoveryPass } from '../../workers/effects/recovery';
 import { claimEffects } from '../../workers/effects/scheduler';
-import { setDbClockOffset, testPool } from '../helpers/db';
 import {
   ageHeartbeat,
   bindingRow,
@@ -14,6 +13,7 @@ import {
   emit,
   neverBlocked,
   newInstance,
+  raceScope,
 } from './helpers';
 import {
   answered,
@@ -36,13 +36,7 @@ import { holdRows, rowOf, waitsOn } from './row-locks';
  * Process stop and pruning pairs: recovery.pairs.stop-prune.test.ts; ID order within a
  * statement: recovery.pairs.id-order.test.ts.
  */
-const pool = testPool(12);
-const opened: { end(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const o of opened.splice(0)) await o.end();
-  await setDbClockOffset(pool, 0);
-});
-afterAll(() => pool.end());
+const { pool, opened } = raceScope(12);
 
 const RECOVERY: EmitOptions = { recovery: { operation: 'replace' } };
 const OPS: Op[] = [...RECOVERY_OPS, ...WRITE_BACKS];

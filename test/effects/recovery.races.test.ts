@@ -1,4 +1,4 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { registerProcess } from '../../workers/effects/processes';
 import {
@@ -7,7 +7,7 @@ import {
   runRecoveryPass,
 } from '../../workers/effects/recovery';
 import { completeEffects } from '../../workers/effects/scheduler';
-import { setDbClockOffset, testPool, waitUntilBlocked } from '../helpers/db';
+import { waitUntilBlocked } from '../helpers/db';
 import {
   ageHeartbeat,
   bindingRow,
@@ -19,16 +19,10 @@ import {
   neverBlocked,
   newInstance,
   racer,
+  raceScope,
 } from './helpers';
 
-const pool = testPool(12);
-/** Held locks, then racer pools, in the order opened: a failed test closes them, never hangs. */
-const opened: { end(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const o of opened.splice(0)) await o.end();
-  await setDbClockOffset(pool, 0);
-});
-afterAll(() => pool.end());
+const { pool, opened } = raceScope(12);
 
 /** Holds `for update` on the instance row in its own connection until `release()`. */
 async function holdInstance(instanceId: string) {

@@ -1,15 +1,10 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { registerProcess } from '../../workers/effects/processes';
 import { completeEffects, failEffects } from '../../workers/effects/scheduler';
-import { testPool, waitUntilBlocked } from '../helpers/db';
-import { claimOf, effectRow, emit, newInstance, racer } from './helpers';
+import { waitUntilBlocked } from '../helpers/db';
+import { claimOf, effectRow, emit, newInstance, racer, raceScope } from './helpers';
 
-const pool = testPool();
-const opened: { end(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const p of opened.splice(0)) await p.end();
-});
-afterAll(() => pool.end());
+const { pool, opened } = raceScope();
 
 /**
  * spec: "Completion/failure lock the instance before the effect." With only the effect row
