@@ -159,9 +159,16 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     const levels = (process.env.BENCH_CHANNEL_LEVELS ?? '1,16,64').split(',').map(Number);
     for (const concurrency of levels) {
       const n = Math.max(perLevel, concurrency * 2);
-      const deliveries = await Promise.all(
-        Array.from({ length: n }, (_, i) => buildDelivery(lark.url, appId, `bench-${concurrency}-${i}`)),
-      );
+      // Built 100 at a time: thousands of requests at once exhaust the local sockets.
+      const deliveries: Delivery[] = [];
+      for (let from = 0; from < n; from += 100)
+        deliveries.push(
+          ...(await Promise.all(
+            Array.from({ length: Math.min(100, n - from) }, (_, i) =>
+              buildDelivery(lark.url, appId, `bench-${concurrency}-${from + i}`),
+            ),
+          )),
+        );
       await postEvent(base, installationId, await buildDelivery(lark.url, appId, 'warm')); // warm
       const before = bridge.conns.length;
       const latencies: number[] = [];
