@@ -65,6 +65,9 @@ export async function pruneProcesses(q: Queryable, pruneAfterMs: number, batch =
         where p.heartbeat_at_ms < (select app_now_ms()) - $1::bigint
           and not exists (select 1 from effects e where e.locked_by = p.id and e.status = 'processing')
         order by p.id limit $2)
+       -- Rechecked on the row itself: a claim that refreshed this heartbeat while the delete
+       -- waited for the row keeps its process (read committed re-reads a row it waited on).
+       and heartbeat_at_ms < (select app_now_ms()) - $1::bigint
        and not exists (select 1 from effects e
                         where e.locked_by = effect_processes.id and e.status = 'processing')`,
     [pruneAfterMs, batch],

@@ -16,7 +16,10 @@ export interface ClaimOptions {
 /**
  * One statement: pick due pending effects with `skip locked`, mark them processing for
  * this process. A pending claim locks only the effect, never the instance. The process
- * must be registered and not stopped. The picked ids go in as an array (`= any(array(...))`,
+ * must be registered and not stopped, and the claim refreshes its heartbeat (an update, so a
+ * row lock): a prune that deleted the process first leaves the claim nothing, and a prune
+ * queued behind the claim re-reads the fresh heartbeat and keeps the new owner. Claims never
+ * wait on effects (`skip locked`), so holding the process row cannot close a lock cycle. The picked ids go in as an array (`= any(array(...))`,
  * as graphile-worker does): joined `from picked`, the planner hashed the CTE and scanned the
  * whole effects table on every claim (15 ms of a 26 ms claim at 20k rows; it grows with the
  * finished rows kept for retention), where the array probes the primary key 100 times.
@@ -27,7 +30,11 @@ export async function claimEffects(
   opts: ClaimOptions,
 ): Promise<EffectRow[]> {
   const { rows } = await q.query<EffectRow>(
-    `with picked as (
+    `with alive as (
+       update effect_processes set heartbeat_at_ms = app_now_ms()
+        where id = $1 and stopped_at_ms is null
+        returning id),
+     picked as (
        select id from effects
         where status = 'pending' and run_at_ms <= (select app_now_ms())
           and ($2::text is null or origin_instance_id = $2)
@@ -38,7 +45,7 @@ export async function claimEffects(
      update effects e
         set status = 'processing', locked_by = $1, locked_at_ms = (select app_now_ms()), attempts = e.attempts + 1
       where e.id = any(array(select id from picked))
-        and exists (select 1 from effect_processes where id = $1 and stopped_at_ms is null)
+        and exists (select 1 from alive)
      returning e.id, e.origin_instance_id, e.kind, e.args, e.status, e.locked_by, e.attempts,
                e.max_attempts, e.run_at_ms, e.result, e.last_error`,
     [processId, opts.instanceId ?? null, opts.kinds ?? null, Math.min(opts.limit, MAX_CLAIM_BATCH)],
