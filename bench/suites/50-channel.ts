@@ -1,9 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';
 import { freePort } from '../../scripts/lib/postgres';
+import { startWranglerDev, type WranglerDev } from '../../scripts/lib/wrangler-dev';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 
@@ -82,32 +83,23 @@ async function countingBridge() {
   return { conns, port: bridge.port, close: bridge.close };
 }
 
-async function startWorker(vars: Record<string, string>, port: number): Promise<ChildProcess> {
-  const child = spawn(
-    `${ROOT}node_modules/.bin/wrangler`,
-    [
-      'dev',
-      '--local',
-      '--ip',
-      '127.0.0.1',
-      '--port',
-      String(port),
-      '--persist-to',
-      `${ROOT}.local/bench-wrangler`,
-      ...Object.entries(vars).flatMap(([k, v]) => ['--var', `${k}:${v}`]),
-    ],
-    {
-      cwd: ROOT,
-      env: {
-        ...process.env,
-        WRANGLER_SEND_METRICS: 'false',
-        CLOUDFLARE_CF_FETCH_ENABLED: 'false',
-        CI: 'true',
-      },
-      stdio: ['ignore', 'ignore', 'inherit'],
-      detached: true,
-    },
-  );
+/**
+ * Durable Object state of the bench's wrangler dev, wiped before each run: an earlier run's
+ * actor hosts keep their alarms and would pump (and take connections) in this one.
+ */
+const BENCH_STATE = `${ROOT}.local/bench-wrangler`;
+
+/** wrangler dev with its secrets in a 0600 env file, never on the command line (`ps`). */
+async function startWorker(vars: Record<string, string>, port: number): Promise<WranglerDev> {
+  rmSync(BENCH_STATE, { recursive: true, force: true });
+  const dev = startWranglerDev({
+    root: ROOT,
+    port,
+    vars,
+    envFile: `${ROOT}.local/bench-dev.vars`,
+    persistTo: BENCH_STATE,
+    quiet: true,
+  });
   for (let i = 0; i < 240; i++) {
     if (
       await fetch(`http://127.0.0.1:${port}/healthz`).then(
@@ -115,9 +107,10 @@ async function startWorker(vars: Record<string, string>, port: number): Promise<
         () => false,
       )
     )
-      return child;
+      return dev;
     await new Promise((r) => setTimeout(r, 250));
   }
+  dev.stop();
   throw new Error('wrangler dev did not become healthy');
 }
 
@@ -214,7 +207,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     sampling = false;
     await sampler.catch(() => undefined); // the row above reports; a late sampling error changes nothing
     await db.end();
-    if (worker.pid && worker.exitCode === null) process.kill(-worker.pid, 'SIGTERM');
+    worker.stop();
     await lark.close();
     await bridge.close();
   }

@@ -16,6 +16,10 @@ export function startWranglerDev(opts: {
   port: number;
   vars: Record<string, string>;
   envFile: string;
+  /** Durable Object and cache state directory (wrangler's default is .wrangler/state). */
+  persistTo?: string;
+  /** Drop wrangler's stdout (the bench keeps only errors). */
+  quiet?: boolean;
 }): WranglerDev {
   // The mode applies only to a new file: never reuse one a crash left behind.
   rmSync(opts.envFile, { force: true });
@@ -32,6 +36,7 @@ export function startWranglerDev(opts: {
       String(opts.port),
       '--env-file',
       opts.envFile,
+      ...(opts.persistTo ? ['--persist-to', opts.persistTo] : []),
     ],
     {
       cwd: opts.root,
@@ -41,7 +46,7 @@ export function startWranglerDev(opts: {
         CLOUDFLARE_CF_FETCH_ENABLED: 'false',
         CI: 'true',
       },
-      stdio: ['ignore', 'inherit', 'inherit'],
+      stdio: ['ignore', opts.quiet ? 'ignore' : 'inherit', 'inherit'],
       // Its own process group, so stop() ends wrangler and the workerd it started.
       detached: true,
     },
