@@ -2,7 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { pruneProcesses, registerProcess } from '../../workers/effects/processes';
 import { claimEffects } from '../../workers/effects/scheduler';
 import { waitUntilBlocked } from '../helpers/db';
-import { ageHeartbeat, emit, newInstance, racer, raceScope } from './helpers';
+import { ageHeartbeat, emit, newInstance, raceScope } from './helpers';
+import { openRacer } from './pairs';
+import { holdRows } from './row-locks';
 
 const { pool, opened } = raceScope();
 const DAY = 86_400_000;
@@ -20,12 +22,8 @@ describe('spec: process pruning never deletes an owner, even one claiming while 
     const proc = await registerProcess(pool, 'prune-vs-claim');
     await ageHeartbeat(pool, proc, 2 * DAY); // silent past the 1-day prune age, never stopped
     // The test holds the process row so both operations queue on it in a known order.
-    const holder = await pool.connect();
-    await holder.query('begin');
-    await holder.query('select id from effect_processes where id = $1 for update', [proc]);
-    opened.push({ end: async () => holder.release() });
-    const release = () => holder.query('commit');
-    return { inst, h: h!, proc, release };
+    const holder = await holdRows(pool, opened, [['effect_processes', proc]]);
+    return { inst, h: h!, proc, release: holder.release };
   }
 
   const ownerless = async (effectId: string) =>
@@ -39,9 +37,7 @@ describe('spec: process pruning never deletes an owner, even one claiming while 
 
   it('the prune queued first: it deletes the process and the late claim takes nothing', async () => {
     const s = await scene();
-    const pruner = await racer();
-    const claimer = await racer();
-    opened.push(pruner.pool, claimer.pool);
+    const [pruner, claimer] = [await openRacer(opened), await openRacer(opened)];
     const pruned = pruneProcesses(pruner.pool, DAY);
     await waitUntilBlocked(pool, pruner.pid);
     const claimed = claimEffects(claimer.pool, s.proc, { limit: 10, instanceId: s.inst });
@@ -56,9 +52,7 @@ describe('spec: process pruning never deletes an owner, even one claiming while 
 
   it('the claim queued first: it claims, and the prune keeps its new owner', async () => {
     const s = await scene();
-    const claimer = await racer();
-    const pruner = await racer();
-    opened.push(pruner.pool, claimer.pool);
+    const [claimer, pruner] = [await openRacer(opened), await openRacer(opened)];
     const claimed = claimEffects(claimer.pool, s.proc, { limit: 10, instanceId: s.inst });
     await waitUntilBlocked(pool, claimer.pid);
     const pruned = pruneProcesses(pruner.pool, DAY);

@@ -5,7 +5,9 @@ import { processRecoveryChecks, requestEffectRecovery } from '../../workers/effe
 import { completeEffects, failEffects } from '../../workers/effects/scheduler';
 import type { EffectHandle } from '../../workers/effects/types';
 import { blockedBehind } from '../helpers/db';
-import { ageHeartbeat, claimOf, config, emit, messages, newInstance, racer, raceScope } from './helpers';
+import { ageHeartbeat, claimOf, config, emit, messages, newInstance, raceScope } from './helpers';
+import { openRacer } from './pairs';
+import { holdRows } from './row-locks';
 
 const { pool, opened } = raceScope();
 
@@ -63,23 +65,16 @@ describe('spec: every state a check can meet gets one response, recovery message
     const { inst, h, owner } = await claimed();
     await ageHeartbeat(pool, owner, 10 * 60_000); // stale when the check starts
     const requestId = await request(inst, h);
-    const beat = await pool.connect();
-    try {
-      // The owner is mid-heartbeat: its row is locked while the check runs.
-      await beat.query('begin');
-      await beat.query('select id from effect_processes where id = $1 for update', [owner]);
-      const r = await racer();
-      opened.push(r.pool);
-      const batch = processRecoveryChecks(r.pool, inst, config);
-      expect(
-        await blockedBehind(pool, Number((await beat.query('select pg_backend_pid() as p')).rows[0].p)),
-      ).toBe(r.pid);
-      await beat.query('update effect_processes set heartbeat_at_ms = app_now_ms() where id = $1', [owner]);
-      await beat.query('commit');
-      expect((await batch).get(requestId)).toMatchObject({ outcome: 'deferred', ownerId: owner });
-    } finally {
-      beat.release();
-    }
+    // The owner is mid-heartbeat: its row is locked while the check runs.
+    const beat = await holdRows(pool, opened, [['effect_processes', owner]]);
+    const r = await openRacer(opened);
+    const batch = processRecoveryChecks(r.pool, inst, config);
+    expect(await blockedBehind(pool, beat.pid)).toBe(r.pid);
+    await beat.client.query('update effect_processes set heartbeat_at_ms = app_now_ms() where id = $1', [
+      owner,
+    ]);
+    await beat.release();
+    expect((await batch).get(requestId)).toMatchObject({ outcome: 'deferred', ownerId: owner });
   });
 
   it('processing with a stale owner: retired, recovery message then the response', async () => {
@@ -136,28 +131,19 @@ describe('spec: every state a check can meet gets one response, recovery message
     const { inst, h, owner } = await claimed();
     await ageHeartbeat(pool, owner, 10 * 60_000);
     const a = await request(inst, h);
-    const holder = await pool.connect();
-    try {
-      // Batch 1 has read check A and holds the instance; it waits on the effect row.
-      await holder.query('begin');
-      await holder.query('select id from effects where id = $1 for update', [h.effectId]);
-      const holderPid = Number((await holder.query('select pg_backend_pid() as p')).rows[0].p);
-      const r1 = await racer();
-      const r2 = await racer();
-      opened.push(r1.pool, r2.pool);
-      const batch1 = processRecoveryChecks(r1.pool, inst, config);
-      expect(await blockedBehind(pool, holderPid)).toBe(r1.pid);
-      // Check B arrives now; batch 2 queues behind batch 1 on the instance.
-      const b = await request(inst, h);
-      const batch2 = processRecoveryChecks(r2.pool, inst, config);
-      expect(await blockedBehind(pool, r1.pid)).toBe(r2.pid);
-      await holder.query('commit');
-      expect((await batch1).get(a)).toMatchObject({ outcome: 'retired' });
-      expect((await batch2).get(b)).toMatchObject({ outcome: 'already_retired' });
-      const keys = (await messages(pool, inst)).map((m) => m.message_key);
-      expect(keys).toEqual([recoveryKey(h), checkKey(h, a), checkKey(h, b)]);
-    } finally {
-      holder.release();
-    }
+    // Batch 1 has read check A and holds the instance; it waits on the effect row.
+    const holder = await holdRows(pool, opened, [['effects', h.effectId]]);
+    const [r1, r2] = [await openRacer(opened), await openRacer(opened)];
+    const batch1 = processRecoveryChecks(r1.pool, inst, config);
+    expect(await blockedBehind(pool, holder.pid)).toBe(r1.pid);
+    // Check B arrives now; batch 2 queues behind batch 1 on the instance.
+    const b = await request(inst, h);
+    const batch2 = processRecoveryChecks(r2.pool, inst, config);
+    expect(await blockedBehind(pool, r1.pid)).toBe(r2.pid);
+    await holder.release();
+    expect((await batch1).get(a)).toMatchObject({ outcome: 'retired' });
+    expect((await batch2).get(b)).toMatchObject({ outcome: 'already_retired' });
+    const keys = (await messages(pool, inst)).map((m) => m.message_key);
+    expect(keys).toEqual([recoveryKey(h), checkKey(h, a), checkKey(h, b)]);
   });
 });

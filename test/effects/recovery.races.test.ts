@@ -18,37 +18,15 @@ import {
   messages,
   neverBlocked,
   newInstance,
-  racer,
   raceScope,
 } from './helpers';
+import { openRacer } from './pairs';
+import { holdRows } from './row-locks';
 
 const { pool, opened } = raceScope(12);
 
 /** Holds `for update` on the instance row in its own connection until `release()`. */
-async function holdInstance(instanceId: string) {
-  const client = await pool.connect();
-  await client.query('begin');
-  await client.query('select id from actor_instances where id = $1 for update', [instanceId]);
-  let held = true;
-  const lock = {
-    client,
-    async release() {
-      if (!held) return;
-      held = false;
-      await client.query('commit');
-      client.release();
-    },
-  };
-  opened.push({ end: lock.release });
-  return lock;
-}
-
-/** A racer (one connection, known backend pid) that afterEach ends if the test did not. */
-async function openRacer() {
-  const r = await racer();
-  opened.push(r.pool);
-  return r;
-}
+const holdInstance = (instanceId: string) => holdRows(pool, opened, [['actor_instances', instanceId]]);
 
 async function staleOptedIn() {
   const p = await registerProcess(pool, 'w');
@@ -64,8 +42,8 @@ describe('recovery races', () => {
     for (const first of ['retire', 'complete'] as const) {
       const { p, inst, h } = await staleOptedIn();
       const lock = await holdInstance(inst);
-      const retirer = await openRacer();
-      const completer = await openRacer();
+      const retirer = await openRacer(opened);
+      const completer = await openRacer(opened);
       const retire = () => runRecoveryPass(retirer.pool, config);
       const complete = () => completeEffects(completer.pool, p, [{ id: h.effectId, result: 'done' }]);
       // `first` queues on the instance lock first, the other behind it: released in that order.
@@ -99,7 +77,11 @@ describe('recovery races', () => {
       await requestEffectRecovery(tx, h.instanceId, h),
     ]);
     const lock = await holdInstance(inst);
-    const [poller1, poller2, checker] = await Promise.all([openRacer(), openRacer(), openRacer()]);
+    const [poller1, poller2, checker] = await Promise.all([
+      openRacer(opened),
+      openRacer(opened),
+      openRacer(opened),
+    ]);
     // Queued on the instance lock in this order, each behind the one before.
     const racers: Promise<unknown>[] = [];
     for (const [r, run] of [
@@ -136,7 +118,7 @@ describe('recovery races', () => {
     const lock = await holdInstance(inst);
     await lock.client.query('select id from effect_processes where id = $1 for update', [p]);
     await lock.client.query('select id from effects where id = $1 for update', [h!.effectId]);
-    const poller = await openRacer();
+    const poller = await openRacer(opened);
     const report = await neverBlocked(pool, poller.pid, runRecoveryPass(poller.pool, config));
     expect(report.errors).toBe(0);
     await lock.release();

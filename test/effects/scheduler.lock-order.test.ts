@@ -2,7 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { registerProcess } from '../../workers/effects/processes';
 import { completeEffects, failEffects } from '../../workers/effects/scheduler';
 import { waitUntilBlocked } from '../helpers/db';
-import { claimOf, effectRow, emit, newInstance, racer, raceScope } from './helpers';
+import { claimOf, effectRow, emit, newInstance, raceScope } from './helpers';
+import { openRacer } from './pairs';
+import { holdRows } from './row-locks';
 
 const { pool, opened } = raceScope();
 
@@ -19,26 +21,19 @@ describe('spec: completion and failure lock the instance before the effect', () 
       const owner = await registerProcess(pool, 'lock-order');
       await claimOf(pool, owner, inst);
 
-      const holder = await pool.connect();
-      try {
-        await holder.query('begin');
-        await holder.query('select id from effects where id = $1 for update', [h!.effectId]);
-        const r = await racer();
-        opened.push(r.pool);
-        const writeBack =
-          op === 'complete'
-            ? completeEffects(r.pool, owner, [{ id: h!.effectId, result: 1 }])
-            : failEffects(r.pool, owner, [{ id: h!.effectId, error: 'x' }]);
-        await waitUntilBlocked(pool, r.pid);
-        // The racer waits on the effect; the instance is already its (for share).
-        await expect(
-          pool.query('select id from actor_instances where id = $1 for update nowait', [inst]),
-        ).rejects.toMatchObject({ code: '55P03' });
-        await holder.query('commit');
-        expect((await writeBack).accepted).toEqual([h!.effectId]);
-      } finally {
-        holder.release();
-      }
+      const holder = await holdRows(pool, opened, [['effects', h!.effectId]]);
+      const r = await openRacer(opened);
+      const writeBack =
+        op === 'complete'
+          ? completeEffects(r.pool, owner, [{ id: h!.effectId, result: 1 }])
+          : failEffects(r.pool, owner, [{ id: h!.effectId, error: 'x' }]);
+      await waitUntilBlocked(pool, r.pid);
+      // The racer waits on the effect; the instance is already its (for share).
+      await expect(
+        pool.query('select id from actor_instances where id = $1 for update nowait', [inst]),
+      ).rejects.toMatchObject({ code: '55P03' });
+      await holder.release();
+      expect((await writeBack).accepted).toEqual([h!.effectId]);
       expect(await effectRow(pool, h!.effectId)).toMatchObject({
         status: op === 'complete' ? 'completed' : 'pending',
         locked_by: null,
