@@ -56,7 +56,14 @@ describe('PUT /v1/reaction-operations/:operationId', () => {
     const ticketA = await ticketFor(ta, opA, intent);
     const before = [await snapshot(pool, message, a), await snapshot(pool, message, b)];
     const parts = ticketA.split('.');
-    const forgedMac = [...parts.slice(0, 3), `${parts[3]!.slice(0, -2)}AA`].join('.');
+    // One full base64url character of the MAC changed: always other bytes. (Overwriting the
+    // tail with 'AA' left the MAC as it was whenever its last 10 bits were zero, about one
+    // run in a thousand, and the "forged" ticket was then simply valid.)
+    const mac = parts[3]!;
+    const forgedMac = [
+      ...parts.slice(0, 3),
+      `${mac.slice(0, 5)}${mac[5] === 'A' ? 'B' : 'A'}${mac.slice(6)}`,
+    ].join('.');
     const forgedId = [parts[0], parts[1], crypto.randomUUID(), parts[3]].join('.');
     const cases = [
       put(ta, opA, forgedMac, intent), // MAC does not verify
