@@ -14,7 +14,9 @@ import pg from 'pg';
  * - A file whose first line is `-- migrate:no-transaction` runs statement by statement
  *   (needed for `create index concurrently`). Each concurrent build must say
  *   `if not exists`; before it runs, an INVALID index of that name (an interrupted build) is
- *   dropped and rebuilt, and a valid one is left as it is (same OID).
+ *   dropped and rebuilt, and a valid one is left as it is (same OID). This holds for every
+ *   concurrent build of every such file (`concurrentIndexOf`); one the runner cannot read
+ *   refuses its whole file before any of it runs.
  */
 export const MIGRATION_LOCK_KEY = 727_001;
 const NO_TX = /^--\s*migrate:no-transaction/;
@@ -63,13 +65,49 @@ export function splitStatements(sql: string): string[] {
     .filter((s) => s.length > 0);
 }
 
-async function repairInterruptedIndex(client: pg.Client, statement: string, log: (l: string) => void) {
+export interface ConcurrentIndex {
+  /** The schema of the table, where Postgres puts the index too ('public' when unqualified). */
+  schema: string;
+  index: string;
+  table: string;
+}
+
+/** Any statement that builds an index concurrently, however it is written: it must then parse (below). */
+const BUILDS_CONCURRENTLY = /\bcreate\s+(?:unique\s+)?index\s+concurrently\b/i;
+
+/** An identifier as Postgres stores it: quoted keeps its case, unquoted folds to lower case. */
+const identifier = (raw: string) => (raw.startsWith('"') ? raw.slice(1, -1) : raw.toLowerCase());
+
+/**
+ * The index a `create index concurrently` statement builds, named as the catalog names it;
+ * null for any other statement. Throws for a concurrent build the runner could not repair
+ * (no `if not exists`, or a name or table it cannot read): such a build would run, and an
+ * interrupted run would leave its INVALID index in place for good, since the rerun's
+ * `if not exists` skips it.
+ */
+export function concurrentIndexOf(statement: string): ConcurrentIndex | null {
+  if (!BUILDS_CONCURRENTLY.test(statement)) return null;
   const m = CONCURRENT_INDEX.exec(statement);
-  if (!m) return;
+  if (!m)
+    throw new Error(
+      `cannot repair this concurrent index build if interrupted (name or table not understood): ${statement.slice(0, 120)}`,
+    );
   if (!m[1]) throw new Error(`concurrent index build must use "if not exists": ${statement.slice(0, 80)}`);
-  const index = m[2]!.replaceAll('"', '');
-  const table = m[3]!.replaceAll('"', '');
-  const schema = table.includes('.') ? table.split('.')[0]! : 'public';
+  const parts = m[3]!.split('.');
+  return {
+    schema: parts.length === 2 ? identifier(parts[0]!) : 'public',
+    index: identifier(m[2]!),
+    table: identifier(parts[parts.length - 1]!),
+  };
+}
+
+/**
+ * Before a concurrent build: an INVALID index of its name is what an interrupted build left
+ * (cancelled, timed out, connection lost): dropped, so the statement builds it anew. A valid
+ * one is left as it is (same OID) and the statement's `if not exists` skips it.
+ */
+async function repairInterruptedIndex(client: pg.Client, ix: ConcurrentIndex, log: (l: string) => void) {
+  const { schema, index } = ix;
   const { rows } = await client.query<{ valid: boolean }>(
     `select i.indisvalid as valid from pg_index i join pg_class c on c.oid = i.indexrelid
        join pg_namespace n on n.oid = c.relnamespace where n.nspname = $1 and c.relname = $2`,
@@ -96,8 +134,14 @@ async function applyFile(client: pg.Client, file: MigrationFile, log: (l: string
     }
     return;
   }
-  for (const statement of splitStatements(file.sql)) {
-    await repairInterruptedIndex(client, statement, log);
+  // Every statement is read before the first one runs: a build the runner could not repair
+  // is refused with nothing of its file applied.
+  const plan = splitStatements(file.sql).map((statement) => ({
+    statement,
+    index: concurrentIndexOf(statement),
+  }));
+  for (const { statement, index } of plan) {
+    if (index) await repairInterruptedIndex(client, index, log);
     await client.query(statement);
   }
   await client.query(record, args);
