@@ -1,4 +1,3 @@
-import { runDurableObjectAlarm } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance } from '../../workers/effects/runner';
@@ -7,34 +6,18 @@ import { runExpiration } from '../../workers/typing-ledger/passes/expire';
 import { advanceDbClock } from '../helpers/db';
 import { emu, releaseHeld, untilHeld } from '../lark/helpers';
 import {
-  type Chat,
   engineSuite,
   fireDebounce,
-  host,
   newChat,
   PAST_DEBOUNCE_MS,
-  pump,
   sayAwaitable,
+  typingOn,
   untilSettled,
+  untilWithdrawn,
 } from './helpers';
 
 const suite = engineSuite();
 const { pool } = suite;
-
-const typingOn = async (messageId: string) =>
-  (
-    await emu<{ items: { reaction_type: { emoji_type: string } }[] }>(`messages/${messageId}/reactions`)
-  ).items.filter((r) => r.reaction_type.emoji_type === 'Typing').length;
-
-/** Runs the host until the turn-settled effect has withdrawn the badges; fails after `rounds`. */
-async function untilWithdrawn(chat: Chat, ids: string[], rounds = 5) {
-  for (let i = 0; i < rounds; i++) {
-    if ((await Promise.all(ids.map(typingOn))).every((n) => n === 0)) return;
-    await runDurableObjectAlarm(host(chat));
-    await pump(chat);
-  }
-  throw new Error(`Typing still on ${ids.join(', ')} after ${rounds} host rounds`);
-}
 
 const ledgerRow = async (messageId: string) =>
   (

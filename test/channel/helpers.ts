@@ -138,3 +138,19 @@ export async function repliesTo(messageId: string): Promise<EmuReply[]> {
 }
 
 export const textOf = (r: EmuReply) => (JSON.parse(r.content) as { text: string }).text;
+
+/** How many `Typing` reactions (any operator) the emulator holds on a message. */
+export const typingOn = async (messageId: string): Promise<number> =>
+  (
+    await emu<{ items: { reaction_type: { emoji_type: string } }[] }>(`messages/${messageId}/reactions`)
+  ).items.filter((r) => r.reaction_type.emoji_type === 'Typing').length;
+
+/** Runs the host until the turn-settled effect has withdrawn the badges; fails after `rounds`. */
+export async function untilWithdrawn(chat: Chat, ids: string[], rounds = 5): Promise<void> {
+  for (let i = 0; i < rounds; i++) {
+    if ((await Promise.all(ids.map(typingOn))).every((n) => n === 0)) return;
+    await runDurableObjectAlarm(host(chat));
+    await pump(chat);
+  }
+  throw new Error(`Typing still on ${ids.join(', ')} after ${rounds} host rounds`);
+}

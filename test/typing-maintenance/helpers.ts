@@ -1,4 +1,7 @@
+import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
+import type { MaintenanceStatus } from '../../durable-objects/typing-maintenance';
 import type { Installation } from '../../workers/installations/store';
 import { newRowId, sealSnapshot } from '../../workers/typing-ledger/snapshot';
 import { uid } from '../helpers/db';
@@ -151,4 +154,28 @@ export function trackWorkspaces() {
       for (const w of ids) await dropWorkspace(pool, w);
     },
   };
+}
+
+/** The TypingMaintenance singleton, as the minute cron and the admin routes reach it. */
+export const maintenanceStub = () =>
+  env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton'));
+
+/**
+ * Forgets the last run (so the next alarm is outside the same-window dedup, which counts on
+ * the isolate's clock, not the database test clock) and arms the alarm a minute out, so only
+ * runDurableObjectAlarm runs it, not the runtime by itself.
+ */
+export const nextMaintenanceWindow = () =>
+  runInDurableObject(maintenanceStub(), async (_, state) => {
+    await state.storage.delete('lastRunAt');
+    await state.storage.setAlarm(Date.now() + 60_000);
+  });
+
+/** One 30-second pass exactly as production runs it: the object's alarm. Returns its report. */
+export async function runMaintenanceAlarm(): Promise<NonNullable<MaintenanceStatus['lastReport']>> {
+  await nextMaintenanceWindow();
+  if (!(await runDurableObjectAlarm(maintenanceStub()))) throw new Error('the maintenance alarm did not run');
+  const report = (await maintenanceStub().status()).lastReport;
+  if (!report) throw new Error('the maintenance alarm stored no report');
+  return report;
 }

@@ -1,4 +1,4 @@
-import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
+import { runDurableObjectAlarm } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,7 +11,9 @@ import {
   captureLogs,
   keys,
   liveRows,
+  maintenanceStub,
   makeInstallation,
+  nextMaintenanceWindow,
   quietEmulator,
   trackWorkspaces,
 } from './helpers';
@@ -19,21 +21,13 @@ import {
 const lines = captureLogs();
 let pool: Pool;
 const { ws, track, dropAll } = trackWorkspaces();
-const stub = () => env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton'));
+const stub = maintenanceStub;
 const admin = (path: string, method = 'GET', token = env.ADMIN_TOKEN!) =>
   exports.default.fetch(`http://test/admin/typing-reactions/${path}`, {
     method,
     headers: { authorization: `Bearer ${token}` },
   });
-/**
- * Forgets the last run (so the next alarm is outside the same-window dedup) and arms the
- * alarm a minute out, so only runDurableObjectAlarm runs it, not the runtime by itself.
- */
-const newWindow = () =>
-  runInDurableObject(stub(), async (_, state) => {
-    await state.storage.delete('lastRunAt');
-    await state.storage.setAlarm(Date.now() + 60_000);
-  });
+const newWindow = nextMaintenanceWindow;
 
 beforeAll(async () => {
   pool = testPool(8);
