@@ -118,8 +118,8 @@ export async function addTypingBadge(
   // Withdraw at once with the credentials in hand (the row's snapshot may already be erased).
   const gone = await withdrawNow(client, reg, reactionId);
   if (gone.kind === 'gone' && rec && !rec.terminal)
-    // Unrecorded, the row stays uncleaned and due (below it is not: the write failed); the
-    // retry pass then finds the reaction already gone.
+    // If this write fails the row stays uncleaned: once due (settled rows already are,
+    // others at settlement or taskless expiry) the retry pass finds the reaction gone.
     await write((tx) => recordCleaned(tx, reg.id)).catch((err: unknown) =>
       log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'cleaned', error: err }),
     );

@@ -40,19 +40,22 @@ delete from channel_typing_settlement where ctid = any(array(select c from old))
 
 /**
  * Lark rate-limit resets (lark/rate-limits.ts) whose time has passed: an expired row holds
- * nothing back, and the next 429 inserts a fresh one. Index `lark_rate_limits_not_before`.
+ * nothing back, and the next 429 inserts a fresh one. Index `lark_rate_limits_not_before`;
+ * the delete finds its rows by ctid (a join on the three key columns planned as a hash join
+ * over a sequential scan). The rows are locked by this statement, so no upsert can move them
+ * in between; the age is checked again anyway.
  */
 export const PRUNE_RATE_LIMITS = `
 with now as materialized (select app_now() as t),
 old as (
-  select api_base, app_id, route from lark_rate_limits
+  select ctid as c from lark_rate_limits
   where not_before <= (select t from now)
   order by not_before
   limit $1
   for update skip locked
 )
-delete from lark_rate_limits l using old
-where l.api_base = old.api_base and l.app_id = old.app_id and l.route = old.route`;
+delete from lark_rate_limits
+where ctid = any(array(select c from old)) and not_before <= (select t from now)`;
 
 export interface PruneReport {
   pruned: number;
