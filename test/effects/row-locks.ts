@@ -8,6 +8,7 @@ const KEY = {
   effect_recoveries: 'effect_id',
   effect_processes: 'id',
   effect_recovery_checks: 'id',
+  channel_typing_reaction: 'id',
 } as const;
 export type LockedTable = keyof typeof KEY;
 

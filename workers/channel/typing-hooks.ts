@@ -160,8 +160,10 @@ export async function afterTurnSettled(config: Config, turn: TurnSettlement): Pr
       const inst = await loadInstallation(pool, config.SECRET_KEYS, turn.installationId);
       if (inst) await ledger.sweepDeliveryAnchor(pool, inst, turn.anchorMessageId);
     }
-    const failed = Object.values(results).filter((o) => o === 'retryable' || o === 'error').length;
     // Throwing schedules the effect's retry; the maintenance pass is the backstop either way.
+    // A rate-limited row is not a failure here: it is scheduled for the retry pass at Lark's
+    // reset, and the effect's retries (~2 s, 4 s) would only find the route still held.
+    const failed = Object.values(results).filter((o) => o === 'retryable' || o === 'error').length;
     if (failed > 0) throw new Error(`${failed} typing badge withdrawals did not finish`);
   });
 }

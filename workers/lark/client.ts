@@ -1,6 +1,14 @@
 import type { z } from 'zod';
 import { type Clock, type Deadline, systemClock } from '../clock';
-import { classify, LarkApiError, RETRYABLE_CODES, retryAfter, TOKEN_CODES } from './errors';
+import {
+  classify,
+  LarkApiError,
+  RATE_LIMITED_CODE,
+  RETRYABLE_CODES,
+  retryAfter,
+  TOKEN_CODES,
+} from './errors';
+import type { LarkRoute, RateGate } from './rate-limits';
 import {
   ApiEnvelope,
   type Reaction,
@@ -41,25 +49,30 @@ const MAX_CALL_MS = 10_000;
 /**
  * Lark Open API over `fetch`, for workerd and Node alike. Tenant tokens are cached per app
  * (token-cache.ts); a 99991661/99991663 answer drops the token and retries exactly once.
- * Failures are `LarkApiError` with a `kind` the caller switches on.
+ * Failures are `LarkApiError` with a `kind` the caller switches on. With a `rateGate`
+ * (lark/rate-limits.ts), no API call is sent while its route is held by a recorded 429
+ * reset (a `notSent` 99991400 failure instead), and every 429 reset is recorded.
  */
 export class LarkClient {
   private readonly base: string;
   private readonly fetchFn: typeof fetch;
   private readonly clock: Clock;
+  private readonly gate: RateGate | undefined;
 
   constructor(
     private readonly creds: LarkCredentials,
-    opts: { fetch?: typeof fetch; clock?: Clock } = {},
+    opts: { fetch?: typeof fetch; clock?: Clock; rateGate?: RateGate } = {},
   ) {
     this.base = creds.baseUrl.replace(/\/+$/, '');
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.clock = opts.clock ?? systemClock;
+    this.gate = opts.rateGate;
   }
 
   createReaction(messageId: string, emojiType: string, call: CallOptions): Promise<Reaction> {
     const path = `/open-apis/im/v1/messages/${enc(messageId)}/reactions`;
     return this.authed(
+      'reactions.create',
       'POST',
       path,
       { reaction_type: { emoji_type: emojiType } },
@@ -70,7 +83,9 @@ export class LarkClient {
 
   deleteReaction(messageId: string, reactionId: string, call: CallOptions): Promise<Reaction> {
     const path = `/open-apis/im/v1/messages/${enc(messageId)}/reactions/${enc(reactionId)}`;
-    return this.authed('DELETE', path, undefined, ReactionResponse, call).then((r) => r.data);
+    return this.authed('reactions.delete', 'DELETE', path, undefined, ReactionResponse, call).then(
+      (r) => r.data,
+    );
   }
 
   listReactions(
@@ -83,7 +98,9 @@ export class LarkClient {
     if (query.pageToken) params.set('page_token', query.pageToken);
     params.set('page_size', String(Math.min(50, Math.max(1, query.pageSize ?? 50))));
     const path = `/open-apis/im/v1/messages/${enc(messageId)}/reactions?${params}`;
-    return this.authed('GET', path, undefined, ReactionListResponse, call).then((r) => r.data);
+    return this.authed('reactions.list', 'GET', path, undefined, ReactionListResponse, call).then(
+      (r) => r.data,
+    );
   }
 
   replyMessage(messageId: string, input: ReplyInput, call: CallOptions): Promise<SentMessage> {
@@ -94,7 +111,7 @@ export class LarkClient {
       reply_in_thread: input.replyInThread ?? false,
       uuid: input.uuid,
     };
-    return this.authed('POST', path, body, ReplyResponse, call).then((r) => r.data);
+    return this.authed('reply', 'POST', path, body, ReplyResponse, call).then((r) => r.data);
   }
 
   /** The cached tenant token, fetched when missing or inside the safety margin. */
@@ -116,6 +133,7 @@ export class LarkClient {
   }
 
   private async authed<S extends z.ZodType>(
+    api: LarkRoute,
     method: string,
     path: string,
     body: unknown,
@@ -124,14 +142,43 @@ export class LarkClient {
   ): Promise<z.infer<S>> {
     const key = tokenCacheKey(this.base, this.creds.appId);
     for (let attempt = 1; ; attempt++) {
+      await this.holdBack(api, `${method} ${route(path)}`);
       const token = await this.tenantToken(call);
       const res = await this.send(method, path, body, token, call);
       if (attempt === 1 && TOKEN_CODES.has(res.code)) {
         dropToken(key, token);
         continue;
       }
-      return this.parse(res, schema);
+      try {
+        return this.parse(res, schema);
+      } catch (err) {
+        // Lark's reset is recorded before the caller hears of the 429, so no other call of
+        // this route (in any isolate) is sent before it.
+        if (
+          this.gate &&
+          err instanceof LarkApiError &&
+          (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE) &&
+          err.retryAfterSeconds
+        )
+          await this.gate.limited(api, err.retryAfterSeconds);
+        throw err;
+      }
     }
+  }
+
+  /** Before each API call: a route held by a recorded reset is not called (nothing is sent). */
+  private async holdBack(api: LarkRoute, what: string): Promise<void> {
+    if (!this.gate) return;
+    const ms = await this.gate.heldForMs(api);
+    if (ms <= 0) return;
+    throw new LarkApiError(
+      'retryable',
+      RATE_LIMITED_CODE,
+      0,
+      `${what} held back: rate limited for ${ms} ms more`,
+      Math.ceil(ms / 1000),
+      true,
+    );
   }
 
   private async send(
@@ -143,7 +190,14 @@ export class LarkClient {
   ): Promise<RawAnswer> {
     const budget = call.deadline.slice(MAX_CALL_MS);
     if (budget <= 0)
-      throw new LarkApiError('retryable', 0, 0, `budget exhausted before ${method} ${route(path)}`);
+      throw new LarkApiError(
+        'retryable',
+        0,
+        0,
+        `budget exhausted before ${method} ${route(path)}`,
+        undefined,
+        true,
+      );
     const timeout = AbortSignal.timeout(budget);
     const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
     const headers: Record<string, string> = {};

@@ -11,8 +11,12 @@ export type LarkErrorKind = 'already_gone' | 'retryable' | 'permanent';
  *  231005 thread removed; 231010/231011 reaction not on this message / not found
  *  (the likely "already deleted" answers, see reference §2); 232009 chat dissolved. */
 export const ALREADY_GONE_CODES = new Set([230011, 230110, 231003, 231004, 231005, 231010, 231011, 232009]);
-/** 99991400 rate limited; 231015 "repeated request processing" (in flight elsewhere). */
-export const RETRYABLE_CODES = new Set([99991400, 231015]);
+/** 99991400 "request trigger frequency limit" (HTTP 429, reference §2 "Generic codes"). */
+export const RATE_LIMITED_CODE = 99991400;
+/** 231015 "repeated request processing": an identical request is being processed elsewhere. */
+export const IN_FLIGHT_ELSEWHERE_CODE = 231015;
+/** Rate limited, or in flight elsewhere. */
+export const RETRYABLE_CODES = new Set([RATE_LIMITED_CODE, IN_FLIGHT_ELSEWHERE_CODE]);
 /** Token invalid or missing: refreshed and retried once by the client. */
 export const TOKEN_CODES = new Set([99991661, 99991663]);
 
@@ -24,6 +28,11 @@ export class LarkApiError extends Error {
     readonly httpStatus: number,
     message: string,
     readonly retryAfterSeconds?: number,
+    /**
+     * The request never left this process: held back by a recorded rate-limit reset
+     * (lark/rate-limits.ts), or the budget was gone before it could be sent.
+     */
+    readonly notSent = false,
   ) {
     super(message);
     this.name = 'LarkApiError';
@@ -43,4 +52,30 @@ export function retryAfter(headers: Headers): number | undefined {
   if (raw === null) return undefined;
   const n = Number(raw);
   return Number.isFinite(n) && n >= 0 ? n : undefined;
+}
+
+/**
+ * Does this failure PROVE that Lark applied nothing? Decided here and nowhere else; a create
+ * that is proven refused can be forgotten at once (the typing ledger frees its quota slot),
+ * anything else must be treated as possibly applied. Per shared/reference/lark-open-api.md:
+ * - not sent at all (`notSent`);
+ * - 99991400 / HTTP 429 "request trigger frequency limit" (§2 "Generic codes": frequency
+ *   control refuses the request; some older APIs send it with HTTP 400);
+ * - a token refusal (99991661/99991663): it reaches a caller only after the client's one
+ *   refresh (§1 "drop the token, fetch a new one and retry once"), and an unauthenticated
+ *   call is refused before the API runs;
+ * - any other refusal with HTTP 4xx: every reaction error is HTTP 400 (§2 "Error codes"), an
+ *   unknown path is a plain-text `404 page not found`;
+ * - a Lark error code with HTTP 2xx (§1: a bad app_id answers HTTP 200 with code 10003).
+ * Never proof: no answer (network failure, timeout, lost response: HTTP status 0), a 5xx (the
+ * failure may come after the write), 231015 "repeated request processing" (an identical
+ * request is still being processed and may yet apply), and a 2xx with code 0 whose body we
+ * could not read (a success we could not parse).
+ */
+export function provesNothingApplied(err: LarkApiError): boolean {
+  if (err.notSent) return true;
+  if (err.code === IN_FLIGHT_ELSEWHERE_CODE) return false;
+  if (err.code === RATE_LIMITED_CODE || err.httpStatus === 429) return true;
+  if (err.httpStatus >= 400 && err.httpStatus < 500) return true;
+  return err.code !== 0 && err.httpStatus >= 200 && err.httpStatus < 300;
 }

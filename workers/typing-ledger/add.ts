@@ -1,13 +1,14 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
 import { withTx } from '../db/tx';
-import { LarkClient } from '../lark/client';
-import { LarkApiError } from '../lark/errors';
+import { LarkApiError, provesNothingApplied } from '../lark/errors';
 import { log } from '../log';
+import { ledgerClient } from './client';
 import type { Registration } from './register';
-import { deleteExact } from './remote';
-import { recordAdded, recordAddFailed, recordCleaned } from './store';
-import { ADD_BUDGET_MS, REVALIDATE_BUDGET_MS, TYPING_EMOJI } from './types';
+import { deleteExact, type RemoteOutcome } from './remote';
+import { recordAdded, recordAddFailed, recordCleaned, scheduleRetry, scheduleWithdrawal } from './store';
+import { ADD_BUDGET_MS, RECORD_BUDGET_MS, REVALIDATE_BUDGET_MS, TYPING_EMOJI } from './types';
+import { errorName } from './withdraw';
 
 /** The engine's view of one input: is its turn still running and its conversation active? */
 export type InputLiveCheck = (
@@ -21,6 +22,8 @@ export interface AddOptions {
   isInputLive?: InputLiveCheck;
   addBudgetMs?: number;
   revalidateBudgetMs?: number;
+  /** Budget of each ledger write of the Add path (RECORD_BUDGET_MS). */
+  recordBudgetMs?: number;
 }
 
 export type AddOutcome =
@@ -33,11 +36,19 @@ export type AddOutcome =
 
 /**
  * The cosmetic Add, after the webhook answered (waitUntil), for a COMMITTED registration.
- * Sends `Typing` once (two-second budget), records the result monotonically, then
- * revalidates the exact input on its own budget; if the input has ended or the check fails,
- * the badge is withdrawn at once by its reaction id. Lark and database failures are recorded
- * or logged here and never thrown; anything else (a bug) is recorded as `uncertain`, so the
- * sweeps resolve the badge, and then thrown for the caller to log as an error.
+ * Sends `Typing` once (two-second budget, not at all while a recorded 429 reset holds the
+ * route), records the result monotonically, then revalidates the exact input on its own
+ * budget; if the input has ended or the check fails, the badge is withdrawn at once by its
+ * reaction id. Lark and database failures are recorded or logged here and never thrown;
+ * anything else (a bug) is recorded as `uncertain`, so the sweeps resolve the badge, and then
+ * thrown for the caller to log as an error.
+ *
+ * - An Add Lark definitely refused (lark/errors.ts `provesNothingApplied`) is `not_added`:
+ *   the row is closed at once and its quota slot freed. An ambiguous failure is `uncertain`.
+ * - An Add whose recording fails (`record_failed`) is withdrawn at once with the credentials
+ *   in hand; if that fails too, the reaction id is recorded with a retry for the next pass.
+ * - A withdrawal after the Add that fails is scheduled for the retry pass with backoff (not
+ *   before Lark's reset), whether or not the turn has settled.
  */
 export async function addTypingBadge(
   pool: Pool,
@@ -46,10 +57,14 @@ export async function addTypingBadge(
 ): Promise<AddOutcome> {
   if (reg.kind !== 'registered') return 'skipped';
   const inst = reg.installation;
-  const client = new LarkClient(
+  const client = ledgerClient(
+    pool,
     { baseUrl: inst.apiBase, appId: inst.appId, appSecret: inst.appSecret },
-    { fetch: opts.fetch },
+    opts.fetch,
   );
+  // Every write of this path is bounded: a locked row or a slow database fails it fast.
+  const write = <T>(fn: (tx: PoolClient) => Promise<T>) =>
+    withTx(pool, { budgetMs: opts.recordBudgetMs ?? RECORD_BUDGET_MS, maxAttempts: 1 }, fn);
   let reactionId: string;
   try {
     const r = await client.createReaction(reg.messageId, TYPING_EMOJI, {
@@ -58,36 +73,100 @@ export async function addTypingBadge(
     reactionId = r.reaction_id;
   } catch (err) {
     const e = err instanceof LarkApiError ? err : undefined;
-    const state = e && e.kind !== 'retryable' ? 'not_added' : 'uncertain';
-    await recordAddFailed(pool, reg.id, state, e?.code || e?.httpStatus || 0).catch((dbErr) =>
-      log.warn('typing_add_record_failed', { rowId: reg.id, error: dbErr }),
+    const refused = e !== undefined && provesNothingApplied(e);
+    const state = refused ? 'not_added' : 'uncertain';
+    const why = refused ? (e.notSent ? 'not_sent' : 'refused') : 'uncertain';
+    await write((tx) => recordAddFailed(tx, reg.id, state, `${why}:${e?.code || e?.httpStatus || 0}`)).catch(
+      (dbErr: unknown) => log.warn('typing_add_record_failed', { rowId: reg.id, stage: state, error: dbErr }),
     );
     if (!e) throw err;
-    log.warn('typing_add_failed', { rowId: reg.id, kind: e.kind, code: e.code, httpStatus: e.httpStatus });
+    log.warn('typing_add_failed', {
+      rowId: reg.id,
+      kind: e.kind,
+      code: e.code,
+      httpStatus: e.httpStatus,
+      notSent: e.notSent,
+      outcome: state,
+    });
     return state;
   }
   let rec: Awaited<ReturnType<typeof recordAdded>>;
   try {
-    rec = await recordAdded(pool, reg.id, reactionId);
+    rec = await write((tx) => recordAdded(tx, reg.id, reactionId));
   } catch (err) {
-    // The badge exists but its id is not recorded: the row stays pending and a sweep
-    // resolves it from one minute after registration.
-    log.warn('typing_add_record_failed', { rowId: reg.id, error: err });
+    // The badge exists but its id is not recorded. Nothing would resolve it soon: the row is
+    // pending with no next attempt, so the retry pass does not claim it until its turn
+    // settles or its two-minute taskless expiry, and even then an empty sweep cannot
+    // acknowledge a pending Add. So it is withdrawn now, with the credentials in hand.
+    log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'added', error: err });
+    const gone = await withdrawNow(client, reg, reactionId);
+    if (gone.kind === 'gone')
+      await write((tx) => recordCleaned(tx, reg.id)).catch((dbErr: unknown) =>
+        // Still unrecorded: the row waits for its settlement or taskless expiry and then
+        // its seven-day deadline (an empty sweep never acknowledges a pending Add); the
+        // badge itself is gone.
+        log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'cleaned', error: dbErr }),
+      );
+    else
+      await write((tx) =>
+        scheduleWithdrawal(tx, reg.id, reactionId, waitOf(gone), withdrawError(gone)),
+      ).catch((dbErr: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: dbErr }));
     return 'record_failed';
   }
   const ended = !rec || rec.ended || !(await stillLive(pool, reg, opts));
   if (!ended) return 'added';
   // Withdraw at once with the credentials in hand (the row's snapshot may already be erased).
-  const gone = await deleteExact(client, reg.messageId, reactionId, new Deadline(ADD_BUDGET_MS));
-  if (gone.kind === 'gone' && !rec?.terminal)
-    // Unrecorded, the row stays settled-but-uncleaned and the retry pass confirms it is gone.
-    await recordCleaned(pool, reg.id).catch((err: unknown) =>
+  const gone = await withdrawNow(client, reg, reactionId);
+  if (gone.kind === 'gone' && rec && !rec.terminal)
+    // If this write fails the row stays uncleaned: once due (settled rows already are,
+    // others at settlement or taskless expiry) the retry pass finds the reaction gone.
+    await write((tx) => recordCleaned(tx, reg.id)).catch((err: unknown) =>
       log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'cleaned', error: err }),
     );
-  if (gone.kind !== 'gone')
-    log.warn('typing_withdraw_failed', { rowId: reg.id, outcome: gone.kind, stage: 'add' });
+  // A terminal row has no snapshot and no retries left; a live one is due for the retry
+  // pass now, settled or not, not before Lark's reset.
+  if (gone.kind !== 'gone' && rec && !rec.terminal)
+    await write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone))).catch((err: unknown) =>
+      log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }),
+    );
   return 'withdrawn_after_add';
 }
+
+type NowOutcome = RemoteOutcome | { kind: 'error'; code: 0; error: string };
+
+/**
+ * The immediate withdrawal of a badge this Add just placed. A failure that is not Lark's (the
+ * rate-limit gate's read failed, a bug) is logged as an error and handled like a failed
+ * withdrawal: the row is left for the retry pass.
+ */
+async function withdrawNow(
+  client: ReturnType<typeof ledgerClient>,
+  reg: Extract<Registration, { kind: 'registered' }>,
+  reactionId: string,
+): Promise<NowOutcome> {
+  let gone: NowOutcome;
+  try {
+    gone = await deleteExact(client, reg.messageId, reactionId, new Deadline(ADD_BUDGET_MS));
+  } catch (err) {
+    log.error('typing_withdraw_error', { rowId: reg.id, stage: 'add', error: err });
+    return { kind: 'error', code: 0, error: errorName(err) };
+  }
+  if (gone.kind !== 'gone')
+    log.warn('typing_withdraw_failed', {
+      rowId: reg.id,
+      outcome: gone.kind,
+      code: 'code' in gone ? gone.code : 0,
+      stage: 'add',
+    });
+  return gone;
+}
+
+/** Not before Lark's reset; 0 leaves the first-retry delay (scheduleRetry's minimum). */
+const waitOf = (o: NowOutcome) =>
+  o.kind === 'retryable' && o.retryAfterSeconds ? o.retryAfterSeconds * 1000 : 0;
+
+const withdrawError = (o: NowOutcome) =>
+  o.kind === 'error' ? `withdraw:error:${o.error}` : `withdraw:${o.kind}:${'code' in o ? o.code : 0}`;
 
 /**
  * Revalidation of the exact input on its own budget: not settled, the installation still

@@ -1,6 +1,6 @@
 import { Deadline } from '../clock';
-import { LarkClient } from '../lark/client';
 import { log } from '../log';
+import { ledgerClient } from './client';
 import { sweepOurTyping } from './remote';
 import { type Q, WITHDRAW_BUDGET_MS } from './types';
 
@@ -28,9 +28,10 @@ export async function sweepDeliveryAnchor(
     [installation.id, anchorMessageId],
   );
   if (rows.length > 0) return 'ledger_owned';
-  const client = new LarkClient(
+  const client = ledgerClient(
+    q,
     { baseUrl: installation.apiBase, appId: installation.appId, appSecret: installation.appSecret },
-    { fetch: opts.fetch },
+    opts.fetch,
   );
   const r = await sweepOurTyping(
     client,

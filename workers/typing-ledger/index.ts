@@ -17,6 +17,7 @@ export { openSnapshot, sealSnapshot } from './snapshot';
 export { recordCleaned } from './store';
 export * from './types';
 export {
+  type AfterCommitOutcome,
   settledRowIds,
   type WithdrawOptions,
   type WithdrawResult,

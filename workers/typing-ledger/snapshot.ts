@@ -1,5 +1,6 @@
 import { type KeyRing, seal, unseal } from '../crypto/sealed';
-import { LarkClient } from '../lark/client';
+import { ledgerClient } from './client';
+import type { Q } from './types';
 
 /**
  * The credentials a row needs to withdraw its own badge, sealed (AES-GCM, versioned keys)
@@ -31,10 +32,13 @@ export async function openSnapshot(
   return { appId: o.a, appSecret: o.s, apiBase: o.b };
 }
 
-/** A client speaking with the row's snapshot, not with the installation's current state. */
-export async function clientFor(keys: KeyRing, rowId: string, sealed: string, fetchFn?: typeof fetch) {
+/**
+ * A client speaking with the row's snapshot, not with the installation's current state,
+ * behind the durable rate-limit gate read and written through `q`.
+ */
+export async function clientFor(keys: KeyRing, rowId: string, sealed: string, q: Q, fetchFn?: typeof fetch) {
   const s = await openSnapshot(keys, rowId, sealed);
-  return new LarkClient({ baseUrl: s.apiBase, appId: s.appId, appSecret: s.appSecret }, { fetch: fetchFn });
+  return ledgerClient(q, { baseUrl: s.apiBase, appId: s.appId, appSecret: s.appSecret }, fetchFn);
 }
 
 export function newRowId(): string {

@@ -48,11 +48,15 @@ export async function recordAdded(q: Q, id: string, reactionId: string): Promise
 }
 
 /**
- * The Add ended without a reaction id. `uncertain` (timeout, lost response, 5xx, 429): a
- * sweep may resolve it from one minute after registration. `not_added` (rejected, message
- * gone): nothing can be on the message, so the row is cleaned right here.
+ * The Add ended without a reaction id. `uncertain` (timeout, lost response, 5xx, 231015: it
+ * may have applied): claimable for a sweep one minute after registration, and an empty sweep
+ * acknowledges nothing before the retention deadline. `not_added` (Lark's answer proves
+ * nothing was applied, lark/errors.ts `provesNothingApplied`: 429, a 4xx refusal, a token
+ * refused after the refresh, a call held back by a recorded rate-limit reset): nothing can be
+ * on the message, so the row is closed right here: terminal, snapshot erased, quota slot
+ * freed. `why` goes to last_error as `add:<why>` (e.g. `refused:99991400`, `uncertain:503`).
  */
-export async function recordAddFailed(q: Q, id: string, state: 'uncertain' | 'not_added', code: number) {
+export async function recordAddFailed(q: Q, id: string, state: 'uncertain' | 'not_added', why: string) {
   await q.query(
     `update channel_typing_reaction
      set add_state = $2, add_finished_at = app_now(), last_error = $3, updated_at = app_now(),
@@ -63,7 +67,7 @@ export async function recordAddFailed(q: Q, id: string, state: 'uncertain' | 'no
          credential_snapshot = case when $2 = 'not_added' then null else credential_snapshot end,
          quota_slot = case when $2 = 'not_added' then null else quota_slot end
      where id = $1 and add_state in ('pending', 'uncertain') and cleaned_at is null`,
-    [id, state, `add:${code}`, UNCERTAIN_SWEEP_AFTER_MS],
+    [id, state, `add:${why}`, UNCERTAIN_SWEEP_AFTER_MS],
   );
 }
 
@@ -74,6 +78,29 @@ export async function scheduleRetry(q: Q, id: string, delayMs: number, error: st
      set next_attempt_at = app_now() + $2 * interval '1 millisecond', last_error = $3, updated_at = app_now()
      where id = $1 and cleaned_at is null and abandoned_at is null`,
     [id, Math.max(FIRST_RETRY_MS, delayMs), error],
+  );
+}
+
+/**
+ * The Add succeeded but its recording failed and the immediate withdrawal failed too: records
+ * the reaction id (as `recordAdded` would) and makes the row due for the retry pass, which
+ * deletes a known reaction id precisely whether or not the turn has settled.
+ */
+export async function scheduleWithdrawal(
+  q: Q,
+  id: string,
+  reactionId: string,
+  delayMs: number,
+  error: string,
+) {
+  await q.query(
+    `update channel_typing_reaction
+     set reaction_id = $2,
+         add_state = case when add_state in ('pending', 'uncertain') then 'added' else add_state end,
+         add_finished_at = coalesce(add_finished_at, app_now()),
+         next_attempt_at = app_now() + $3 * interval '1 millisecond', last_error = $4, updated_at = app_now()
+     where id = $1 and cleaned_at is null and abandoned_at is null`,
+    [id, reactionId, Math.max(FIRST_RETRY_MS, delayMs), error],
   );
 }
 

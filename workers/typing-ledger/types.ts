@@ -12,6 +12,10 @@ export const STALE_MESSAGE_MS = 2 * 60_000;
 export const ADD_BUDGET_MS = 2000;
 export const REVALIDATE_BUDGET_MS = 1000;
 export const WITHDRAW_BUDGET_MS = 2000;
+/** Budget of each write the Add path makes (statement and lock timeout): a stuck row or a
+ *  slow database fails the write fast, and the badge is then withdrawn with the credentials
+ *  in hand instead of being left unrecorded. */
+export const RECORD_BUDGET_MS = 1000;
 /** An Add still unfinished this long after registration may be resolved by a sweep. */
 export const UNCERTAIN_SWEEP_AFTER_MS = 60_000;
 /** Seven-day maximum lifetime from registration. */

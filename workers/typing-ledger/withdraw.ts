@@ -38,7 +38,7 @@ export interface WithdrawOptions {
  * bookkeeping stays with the caller (the maintenance retry pass advances it at claim time).
  */
 export async function withdrawRow(q: Q, keys: KeyRing, row: WithdrawTarget, opts: WithdrawOptions) {
-  const result = await remoteWithdraw(keys, row, opts);
+  const result = await remoteWithdraw(q, keys, row, opts);
   if (result.kind === 'adopt') {
     await adoptReaction(q, row.id, result.reactionId);
     return { outcome: 'adopted' } satisfies WithdrawResult;
@@ -61,6 +61,7 @@ export async function withdrawRow(q: Q, keys: KeyRing, row: WithdrawTarget, opts
 }
 
 async function remoteWithdraw(
+  q: Q,
   keys: KeyRing,
   row: WithdrawTarget,
   opts: WithdrawOptions,
@@ -68,7 +69,7 @@ async function remoteWithdraw(
   if (!row.credential_snapshot) return { kind: 'permanent', code: 0 };
   let client: Awaited<ReturnType<typeof clientFor>>;
   try {
-    client = await clientFor(keys, row.id, row.credential_snapshot, opts.fetch);
+    client = await clientFor(keys, row.id, row.credential_snapshot, q, opts.fetch);
   } catch (err) {
     // By design: a snapshot sealed under a retired key (or not for this row) can never open,
     // so no retry helps. Anything else is a bug and surfaces as one.
@@ -86,19 +87,29 @@ async function remoteWithdraw(
 const WITHDRAW_CONCURRENCY = 8;
 
 /**
+ * What `withdrawAfterCommit` did with one row: a `WithdrawResult` outcome, or
+ * - left_to_add: an Add still in flight (pending, under a minute old) owns the row;
+ * - rate_limited: Lark's 429 reset (just answered, or recorded by any isolate) holds the
+ *   route; nothing more was sent and the row is scheduled for the retry pass at the reset,
+ *   so re-running this before then cannot help (the turn-settled effect does not retry it);
+ * - error: a failure that is not Lark's (our database, a bug).
+ */
+export type AfterCommitOutcome = WithdrawResult['outcome'] | 'left_to_add' | 'rate_limited' | 'error';
+
+/**
  * After the terminal transaction COMMITS: withdraws the badges of the rows it settled. An Add
  * still in flight (pending, under a minute old) is left to the Add itself, which sees the
- * settlement when it records its result. Failures are scheduled for the retry pass; `error`
- * is a failure that is not Lark's (our database, a bug), logged as `typing_withdraw_error`.
+ * settlement when it records its result. Failures are scheduled for the retry pass (at
+ * Lark's reset when it gave one); `error` is logged as `typing_withdraw_error`.
  */
 export async function withdrawAfterCommit(
   pool: Pool,
   keys: KeyRing,
   ids: string[],
   opts: { fetch?: typeof fetch; budgetMs?: number } = {},
-): Promise<Record<string, WithdrawResult['outcome'] | 'left_to_add' | 'error'>> {
+): Promise<Record<string, AfterCommitOutcome>> {
   const targets = await loadTargets(pool, ids);
-  const out: Record<string, WithdrawResult['outcome'] | 'left_to_add' | 'error'> = {};
+  const out: Record<string, AfterCommitOutcome> = {};
   const queue = [...targets];
   const worker = async () => {
     for (let row = queue.shift(); row; row = queue.shift()) {
@@ -123,6 +134,7 @@ export async function withdrawAfterCommit(
         const code = 'code' in r ? r.code : 0;
         log.warn('typing_withdraw_failed', { rowId: row.id, outcome: r.outcome, code });
         const wait = 'retryAfterSeconds' in r && r.retryAfterSeconds ? r.retryAfterSeconds * 1000 : 0;
+        if (wait > 0) out[row.id] = 'rate_limited';
         await retryLater(pool, row.id, wait, `withdraw:${r.outcome}:${code}`);
       }
     }

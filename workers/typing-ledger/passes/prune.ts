@@ -38,13 +38,36 @@ old as (
 )
 delete from channel_typing_settlement where ctid = any(array(select c from old))`;
 
+/**
+ * Lark rate-limit resets (lark/rate-limits.ts) whose time has passed: an expired row holds
+ * nothing back, and the next 429 inserts a fresh one. Index `lark_rate_limits_not_before`;
+ * the delete finds its rows by ctid (a join on the three key columns planned as a hash join
+ * over a sequential scan). The rows are locked by this statement, so no upsert can move them
+ * in between; the age is checked again anyway.
+ */
+export const PRUNE_RATE_LIMITS = `
+with now as materialized (select app_now() as t),
+old as (
+  select ctid as c from lark_rate_limits
+  where not_before <= (select t from now)
+  order by not_before
+  limit $1
+  for update skip locked
+)
+delete from lark_rate_limits
+where ctid = any(array(select c from old)) and not_before <= (select t from now)`;
+
 export interface PruneReport {
   pruned: number;
   cutoffsPruned: number;
+  rateLimitsPruned: number;
   durationMs: number;
 }
 
-/** The pruning pass: its own two-second budget, at most 1,000 rows, SKIP LOCKED. */
+/**
+ * The pruning pass: its own two-second budget, at most 1,000 rows across tombstones,
+ * settlement cutoffs and expired rate-limit resets, SKIP LOCKED.
+ */
 export async function runPruning(
   pool: Pool,
   opts: { scope?: PassScope; clock?: Clock; budgetMs?: number; limit?: number } = {},
@@ -59,10 +82,14 @@ export async function runPruning(
     async (tx) => {
       const a = await tx.query(PRUNE_TOMBSTONES, [limit, TOMBSTONE_RETENTION_MS, scope]);
       const pruned = a.rowCount ?? 0;
-      // Cutoffs share the row cap; a scoped (test) run leaves other workspaces' data alone.
+      // Cutoffs and rate-limit resets share the row cap; a scoped (test) run leaves other
+      // workspaces' data, and the apps' shared resets, alone.
       const left = scope ? 0 : limit - pruned;
       const b = left > 0 ? await tx.query(PRUNE_CUTOFFS, [left, TOMBSTONE_RETENTION_MS]) : { rowCount: 0 };
-      return { pruned, cutoffsPruned: b.rowCount ?? 0 };
+      const cutoffsPruned = b.rowCount ?? 0;
+      const rest = left - cutoffsPruned;
+      const c = rest > 0 ? await tx.query(PRUNE_RATE_LIMITS, [rest]) : { rowCount: 0 };
+      return { pruned, cutoffsPruned, rateLimitsPruned: c.rowCount ?? 0 };
     },
   );
   return { ...counts, durationMs: clock.now() - started };

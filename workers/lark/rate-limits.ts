@@ -1,0 +1,66 @@
+import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { log } from '../log';
+
+/**
+ * Lark's rate-limit resets, recorded durably so every isolate honours them (memory is not
+ * shared between Worker isolates or requests). Lark limits each API per app (reference §2:
+ * "1000/min and 50/s, per API per app per tenant"; a self-built app has one tenant), and
+ * a 429 says how long to wait in `x-ogw-ratelimit-reset`. So a reset is kept per
+ * (API host, App ID, route): a 429 on deleting reactions holds back deletes of that app
+ * only, never its creates or listings, nor another app's calls.
+ */
+export type LarkRoute = 'reactions.create' | 'reactions.delete' | 'reactions.list' | 'reply';
+
+/** A reset longer than this is Lark misbehaving (its windows are a second and a minute). */
+export const MAX_RESET_SECONDS = 3600;
+
+/** What a LarkClient asks before and tells after each call of a route (client.ts). */
+export interface RateGate {
+  /** Milliseconds until the route may be called again; 0 when it may be called now. */
+  heldForMs(route: LarkRoute): Promise<number>;
+  /** Lark answered 429 with a reset: hold the route that long. Never throws. */
+  limited(route: LarkRoute, resetSeconds: number): Promise<void>;
+}
+
+type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
+
+/**
+ * One primary-key read: the time left until the route's recorded reset, from app_now()
+ * (database time, the same clock for every isolate).
+ */
+const HELD_FOR = `
+select ceil(extract(epoch from not_before - app_now()) * 1000)::float8 as ms
+from lark_rate_limits
+where api_base = $1 and app_id = $2 and route = $3 and not_before > app_now()`;
+
+/** One statement; a later reset wins, an earlier one never shortens a recorded hold. */
+const RECORD = `
+insert into lark_rate_limits (api_base, app_id, route, not_before, updated_at)
+values ($1, $2, $3, app_now() + $4 * interval '1 second', app_now())
+on conflict (api_base, app_id, route) do update
+set not_before = greatest(lark_rate_limits.not_before, excluded.not_before), updated_at = excluded.updated_at`;
+
+/**
+ * The gate of one app, backed by `lark_rate_limits` (migration 0081). Neither statement
+ * takes a lock that outlives it, so nothing is held across the remote call. A failed read
+ * throws (the caller does not send: a failure of ours, not Lark's); a failed record is
+ * logged and the caller still gets Lark's answer with its reset.
+ */
+export function durableRateGate(q: Q, app: { apiBase: string; appId: string }): RateGate {
+  const base = app.apiBase.replace(/\/+$/, '');
+  return {
+    async heldForMs(route) {
+      const { rows } = await q.query<{ ms: number }>(HELD_FOR, [base, app.appId, route]);
+      return rows[0] ? Math.max(1, Number(rows[0].ms)) : 0;
+    },
+    async limited(route, resetSeconds) {
+      const seconds = Math.min(MAX_RESET_SECONDS, resetSeconds);
+      if (!(seconds > 0)) return;
+      await q.query(RECORD, [base, app.appId, route, seconds]).catch((err: unknown) =>
+        // Not thrown: the caller still schedules by the reset Lark gave it; only other
+        // isolates may call this route once more before the reset and be refused again.
+        log.warn('lark_rate_limit_record_failed', { appId: app.appId, route, error: err }),
+      );
+    },
+  };
+}
