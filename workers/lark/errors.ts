@@ -13,6 +13,13 @@ export type LarkErrorKind = 'already_gone' | 'retryable' | 'permanent';
 export const ALREADY_GONE_CODES = new Set([230011, 230110, 231003, 231004, 231005, 231010, 231011, 232009]);
 /** 99991400 rate limited; 231015 "repeated request processing" (in flight elsewhere). */
 export const RETRYABLE_CODES = new Set([99991400, 231015]);
+/**
+ * The token endpoint refused the app's credentials: 10014 app unauthorized/disabled, 10015
+ * wrong App Secret (reference §1; the HTTP status is UNCONFIRMED, so callers read the code).
+ * Classified `permanent`: the same secret never works again. After a rotation a caller with
+ * another copy of the credentials (the typing ledger's installation) may still succeed.
+ */
+export const CREDENTIAL_CODES = new Set([10014, 10015]);
 /** Token invalid or missing: refreshed and retried once by the client. */
 export const TOKEN_CODES = new Set([99991661, 99991663]);
 

@@ -55,6 +55,8 @@ export interface TypingRow {
 /** The columns a withdrawal needs; `uncertain_sweep_ok` is computed in SQL from app_now(). */
 export interface WithdrawTarget {
   id: string;
+  /** Where the current credentials are looked up when the snapshot's are refused. */
+  installation_id: string;
   app_id: string;
   source_message_id: string;
   credential_snapshot: string | null;
@@ -66,5 +68,5 @@ export interface WithdrawTarget {
 }
 
 /** Columns selected for a WithdrawTarget (aliases match the interface). */
-export const TARGET_COLUMNS = `id, app_id, source_message_id, credential_snapshot, add_state, reaction_id,
+export const TARGET_COLUMNS = `id, installation_id, app_id, source_message_id, credential_snapshot, add_state, reaction_id,
   settled_at, expires_at <= app_now() as past_retention`;
