@@ -5,10 +5,12 @@ import { seal } from '../../workers/crypto/sealed';
 import type { Installation } from '../../workers/installations/store';
 import { LarkClient } from '../../workers/lark/client';
 import { clearTokenCache } from '../../workers/lark/token-cache';
+import { setLogLevel } from '../../workers/log';
 import { withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runExpiration } from '../../workers/typing-ledger/passes/expire';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
+import { captureLogLines } from '../helpers/logs';
 import { admin, emu } from '../lark/helpers';
 import { liveRows, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
 import { keys, makeInstallation, row, typingOf } from './helpers';
@@ -77,10 +79,13 @@ describe('a withdrawal after the App Secret was rotated', () => {
     const inst = await install();
     const [live] = await liveRows(pool, inst, 1);
     await warmToken(inst);
-    await rotate(inst.appId, inst.id, { revokeTokens: true });
+    const newSecret = await rotate(inst.appId, inst.id, { revokeTokens: true });
     await emu('calls', undefined, 'DELETE');
 
-    const report = await retry(inst.workspaceId);
+    // The request above left the isolate's level at the test config's `warn`.
+    setLogLevel('info');
+    const logs = captureLogLines();
+    const report = await retry(inst.workspaceId).finally(logs.restore);
 
     expect(report).toMatchObject({ claimed: 1, cleaned: 1, permanent: 0, errors: 0 });
     expect((await calls()).map((c) => [c.route, c.status])).toEqual([
@@ -89,6 +94,12 @@ describe('a withdrawal after the App Secret was rotated', () => {
       ['token', 200], // the current secret: granted
       ['reactions.delete', 200],
     ]);
+    // The fallback is by design and logged once, with the refusal's code and no credential.
+    expect(logs.events('typing_withdraw_current_credentials')).toEqual([
+      expect.objectContaining({ level: 'info', rowId: live!.id, refusedCode: 10015 }),
+    ]);
+    for (const secret of [inst.appSecret, newSecret])
+      expect(JSON.stringify(logs.lines)).not.toContain(secret);
     expect(await typingOf(live!.messageId, inst.appId)).toEqual([]);
     // The cached token was refused, the snapshot's secret was refused (10015), the current
     // secret got a token: every token request was for this row's own app.

@@ -84,6 +84,6 @@ export async function withRowCredentials<T extends RemoteOutcome | { kind: 'adop
   const current = await currentClient(q, keys, row, fetchFn);
   if (!current) return first ?? { kind: 'permanent', code: 0 };
   const refused = first && 'code' in first ? first.code : 0;
-  log.info('typing_withdraw_current_credentials', { rowId: row.id, snapshotRefusedCode: refused });
+  log.info('typing_withdraw_current_credentials', { rowId: row.id, refusedCode: refused });
   return attempt(current);
 }
