@@ -47,6 +47,12 @@ export interface TypingRow {
   attempts: number;
   next_attempt_at: Date | null;
   last_error: string | null;
+  /** The retry pass's last claim (migration 0082). */
+  last_attempt_at: Date | null;
+  /** The last operator-requested removal and its result (manual-removal.ts, migration 0082). */
+  manual_removal_at: Date | null;
+  manual_removal_outcome: string | null;
+  manual_removal_code: number | null;
   expires_at: Date;
   created_at: Date;
   updated_at: Date;
