@@ -9,7 +9,10 @@ import { type EmulatorState, id, type MessageRecord } from './state';
 
 export interface CallLogEntry {
   route: string;
+  /** The app behind the bearer token (authed routes only; an invalid token names none). */
   appId?: string;
+  /** Token route: the app_id the token was requested for, granted or refused. */
+  requestedAppId?: string;
   status: number | 'dropped';
   at: number;
 }
@@ -43,6 +46,12 @@ export async function control(
   }
   if (head === 'apps' && arg && sub === 'expire-tokens' && method === 'POST')
     return json({ revoked: state.revokeAppTokens(arg) });
+  if (head === 'apps' && arg && sub === 'rotate-secret' && method === 'POST') {
+    if (typeof body?.app_secret !== 'string' || !body.app_secret) return bad('app_secret required');
+    const revoked = state.rotateSecret(arg, body.app_secret, body?.revoke_tokens === true);
+    // The new secret is never echoed: the answer says what happened, not what it is.
+    return revoked === undefined ? bad('unknown app_id', 404) : json({ app_id: arg, revoked });
+  }
   if (head === 'clock') {
     if (method === 'POST') state.offsetMs += Number(body?.advanceMs ?? 0);
     return json({ now: state.now(), offsetMs: state.offsetMs });

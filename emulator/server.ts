@@ -107,8 +107,16 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
     }
     let appId: string | undefined;
     let token: string | undefined;
+    const requestedAppId =
+      match.route === 'token' ? String((body as { app_id?: unknown } | undefined)?.app_id ?? '') : undefined;
     const finish = (a: ApiAnswer) => {
-      calls.push({ route: match.route, appId, status: a.status, at: state.now() });
+      calls.push({
+        route: match.route,
+        appId,
+        ...(requestedAppId !== undefined ? { requestedAppId } : {}),
+        status: a.status,
+        at: state.now(),
+      });
       send(res, a);
     };
     if (match.route !== 'token') {
@@ -154,7 +162,7 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         ? tokenRoute(state, body)
         : apiRoute(state, { route: match.route, appId, params, query: url.searchParams, body });
     if (fault?.kind === 'lost_response') {
-      calls.push({ route: match.route, appId, status: 'dropped', at: state.now() });
+      calls.push({ route: match.route, appId, requestedAppId, status: 'dropped', at: state.now() });
       res.socket?.destroy();
       return;
     }

@@ -129,6 +129,19 @@ export class EmulatorState {
     return rec.app_id;
   }
 
+  /**
+   * A new App Secret, as an admin rotating it in the developer console. Whether Lark then
+   * revokes the tenant tokens issued under the old secret is UNCONFIRMED (reference §1), so
+   * the caller chooses: `revokeTokens` revokes them, otherwise they stay valid to their expiry.
+   * Returns how many tokens were revoked; undefined for an unknown app.
+   */
+  rotateSecret(appId: string, appSecret: string, revokeTokens: boolean): number | undefined {
+    const app = this.apps.get(appId);
+    if (!app) return undefined;
+    app.app_secret = appSecret;
+    return revokeTokens ? this.revokeAppTokens(appId) : 0;
+  }
+
   revokeToken(token: string): void {
     const rec = this.tokens.get(token);
     if (rec) rec.revoked = true;

@@ -17,6 +17,13 @@ export const RATE_LIMITED_CODE = 99991400;
 export const IN_FLIGHT_ELSEWHERE_CODE = 231015;
 /** Rate limited, or in flight elsewhere. */
 export const RETRYABLE_CODES = new Set([RATE_LIMITED_CODE, IN_FLIGHT_ELSEWHERE_CODE]);
+/**
+ * The token endpoint refused the app's credentials: 10014 app unauthorized/disabled, 10015
+ * wrong App Secret (reference §1; the HTTP status is UNCONFIRMED, so callers read the code).
+ * Classified `permanent`: the same secret never works again. After a rotation a caller with
+ * another copy of the credentials (the typing ledger's installation) may still succeed.
+ */
+export const CREDENTIAL_CODES = new Set([10014, 10015]);
 /** Token invalid or missing: refreshed and retried once by the client. */
 export const TOKEN_CODES = new Set([99991661, 99991663]);
 

@@ -51,6 +51,12 @@ export interface TypingRow {
   attempts: number;
   next_attempt_at: Date | null;
   last_error: string | null;
+  /** The retry pass's last claim (migration 0082). */
+  last_attempt_at: Date | null;
+  /** The last operator-requested removal and its result (manual-removal.ts, migration 0082). */
+  manual_removal_at: Date | null;
+  manual_removal_outcome: string | null;
+  manual_removal_code: number | null;
   expires_at: Date;
   created_at: Date;
   updated_at: Date;
@@ -59,6 +65,8 @@ export interface TypingRow {
 /** The columns a withdrawal needs; `uncertain_sweep_ok` is computed in SQL from app_now(). */
 export interface WithdrawTarget {
   id: string;
+  /** Where the current credentials are looked up when the snapshot's are refused. */
+  installation_id: string;
   app_id: string;
   source_message_id: string;
   credential_snapshot: string | null;
@@ -70,5 +78,5 @@ export interface WithdrawTarget {
 }
 
 /** Columns selected for a WithdrawTarget (aliases match the interface). */
-export const TARGET_COLUMNS = `id, app_id, source_message_id, credential_snapshot, add_state, reaction_id,
+export const TARGET_COLUMNS = `id, installation_id, app_id, source_message_id, credential_snapshot, add_state, reaction_id,
   settled_at, expires_at <= app_now() as past_retention`;

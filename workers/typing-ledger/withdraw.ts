@@ -1,9 +1,9 @@
 import type { Pool } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
-import { type KeyRing, SealedValueError } from '../crypto/sealed';
+import type { KeyRing } from '../crypto/sealed';
 import { log } from '../log';
+import { withRowCredentials } from './credentials';
 import { deleteExact, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
-import { clientFor } from './snapshot';
 import { adoptReaction, loadTargets, recordCleaned, scheduleRetry } from './store';
 import { type Q, WITHDRAW_BUDGET_MS, type WithdrawTarget } from './types';
 
@@ -33,7 +33,8 @@ export interface WithdrawOptions {
 }
 
 /**
- * Withdraws one row's badge with the row's own credential snapshot. Makes no database lock
+ * Withdraws one row's badge with the row's own credential snapshot (or, once Lark refuses
+ * its secret, the installation's current credentials for the same app). Makes no database lock
  * across the remote calls; writes back only confirmed outcomes (cleanup or adoption). Retry
  * bookkeeping stays with the caller (the maintenance retry pass advances it at claim time).
  */
@@ -66,21 +67,15 @@ async function remoteWithdraw(
   row: WithdrawTarget,
   opts: WithdrawOptions,
 ): Promise<RemoteOutcome | { kind: 'adopt'; reactionId: string }> {
-  if (!row.credential_snapshot) return { kind: 'permanent', code: 0 };
-  let client: Awaited<ReturnType<typeof clientFor>>;
-  try {
-    client = await clientFor(keys, row.id, row.credential_snapshot, q, opts.fetch);
-  } catch (err) {
-    // By design: a snapshot sealed under a retired key (or not for this row) can never open,
-    // so no retry helps. Anything else is a bug and surfaces as one.
-    if (err instanceof SealedValueError) return { kind: 'permanent', code: 0 };
-    throw err;
-  }
-  if (row.reaction_id) return deleteExact(client, row.source_message_id, row.reaction_id, opts.deadline);
-  const mode = opts.mode ?? (row.settled_at ? 'withdraw' : 'resolve');
-  if (mode === 'withdraw') return sweepOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
-  const found = await findOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
-  return found.kind === 'found' ? { kind: 'adopt', reactionId: found.reactionIds[0]! } : found;
+  // The snapshot first; the installation's current credentials (same App ID) when Lark
+  // refuses the snapshot's secret after a rotation (credentials.ts).
+  return withRowCredentials(q, keys, row, opts.fetch, async (client) => {
+    if (row.reaction_id) return deleteExact(client, row.source_message_id, row.reaction_id, opts.deadline);
+    const mode = opts.mode ?? (row.settled_at ? 'withdraw' : 'resolve');
+    if (mode === 'withdraw') return sweepOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
+    const found = await findOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
+    return found.kind === 'found' ? { kind: 'adopt' as const, reactionId: found.reactionIds[0]! } : found;
+  });
 }
 
 /** How many rows of one settlement are withdrawn at once after commit. */

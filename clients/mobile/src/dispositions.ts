@@ -35,6 +35,10 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   lark_stale_timestamp: 'rejected',
   lark_bad_token: 'rejected',
   lark_bad_event: 'rejected',
+  // Operator (admin) routes only; the app never meets them.
+  typing_row_active: 'rejected',
+  typing_row_cleaned: 'rejected',
+  typing_no_credentials: 'rejected',
   unauthorized: 'session',
   rate_limited: 'quota',
   quota_exceeded: 'quota',

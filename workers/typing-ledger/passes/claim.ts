@@ -15,6 +15,7 @@ export interface ClaimedRow extends WithdrawTarget {
  * claim the row again in this window because its next attempt has moved. app_now() is read
  * once (see expire.ts): `Index Cond: next_attempt_at <= $1` ends the scan at the first row
  * not yet due instead of filtering every pending row (the index also holds the null ones).
+ * last_attempt_at records the claim for operators (the manual-removal listing, 0082).
  */
 export const CLAIM = `
 with now as materialized (select app_now() as t),
@@ -28,7 +29,7 @@ due as (
   for update skip locked
 )
 update channel_typing_reaction
-set attempts = attempts + 1,
+set attempts = attempts + 1, last_attempt_at = (select t from now),
     next_attempt_at = (select t from now)
                       + least($4::float8, $3::float8 * power(2, least(attempts, 30))) * interval '1 millisecond',
     updated_at = (select t from now)
