@@ -9,7 +9,7 @@ import { testPool, uid } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
 import { emu, errorCode, admin as installationsAdmin } from '../lark/helpers';
 import { liveRows, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
-import { type EmuReaction, keys, makeInstallation, reactionsOn, row } from './helpers';
+import { advanceClocks, type EmuReaction, keys, makeInstallation, reactionsOn, row } from './helpers';
 
 /**
  * Item 5 of issue 14: operators list the rows the service gave up on (abandoned, or pending
@@ -347,6 +347,14 @@ describe('admin: rows the service gave up on', () => {
     });
     expect(await typingOperators(b.messageId)).toEqual([inst.appId]);
 
+    // Before Lark's reset the route is held (lark_rate_limits): nothing is sent.
+    const deleteCalls = async () =>
+      (await emu<{ calls: unknown[] }>('calls?route=reactions.delete')).calls.length;
+    const deletesBefore = await deleteCalls();
+    expect(await (await remove(b.id)).json()).toMatchObject({ outcome: 'retryable', code: 99991400 });
+    expect(await deleteCalls()).toBe(deletesBefore);
+
+    await advanceClocks(pool, 9_000);
     expect(await (await remove(b.id)).json()).toMatchObject({ outcome: 'removed', code: null });
     expect(await row(pool, b.id)).toMatchObject({
       manual_removal_outcome: 'removed',

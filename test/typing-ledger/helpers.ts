@@ -5,7 +5,7 @@ import type { KeyRing } from '../../workers/crypto/sealed';
 import { withTx } from '../../workers/db/tx';
 import { type Installation, insertInstallation, openInstallation } from '../../workers/installations/store';
 import { type Registration, registerInput, type TypingRow } from '../../workers/typing-ledger';
-import { uid } from '../helpers/db';
+import { advanceDbClock, uid } from '../helpers/db';
 import { emu, larkBase } from '../lark/helpers';
 
 export const keys = (): KeyRing => JSON.parse(env.SECRET_KEYS!) as KeyRing;
@@ -80,4 +80,10 @@ export function captureLogs(): string[] {
     });
   }
   return lines;
+}
+
+/** Database time and the emulator's clock move together (rate-limit resets, token lifetimes). */
+export async function advanceClocks(pool: Pool, ms: number): Promise<void> {
+  await advanceDbClock(pool, ms);
+  await emu('clock', { advanceMs: ms });
 }

@@ -13,10 +13,10 @@ import {
 } from '../../workers/typing-ledger';
 import { runPruning } from '../../workers/typing-ledger/passes/prune';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
-import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
+import { setDbClockOffset, testPool, uid } from '../helpers/db';
 import { emu } from '../lark/helpers';
 import { liveRows, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
-import { keys, makeInstallation, newMessage, register, row, typingOf } from './helpers';
+import { advanceClocks, keys, makeInstallation, newMessage, register, row, typingOf } from './helpers';
 
 /**
  * Issue 14 item 2: after a 429 with `x-ogw-ratelimit-reset`, no call to that app's route
@@ -58,12 +58,6 @@ interface Call {
 async function callsTo(route: string, appId: string): Promise<Call[]> {
   const { calls } = await emu<{ calls: Call[] }>(`calls?route=${route}`);
   return calls.filter((c) => c.appId === appId);
-}
-
-/** Database time and the emulator's clock move together. */
-async function advanceClocks(ms: number) {
-  await advanceDbClock(pool, ms);
-  await emu('clock', { advanceMs: ms });
 }
 
 async function install(): Promise<Installation> {
@@ -125,9 +119,9 @@ describe('a 429 reset holds the route', () => {
 
     const runs = [await settled(afterTurnSettled(config, turn))];
     // The effect's retries, as the effect runtime schedules them (~2 s, then ~4 s).
-    await advanceClocks(2000);
+    await advanceClocks(pool, 2000);
     runs.push(await settled(afterTurnSettled(config, turn)));
-    await advanceClocks(2000);
+    await advanceClocks(pool, 2000);
     runs.push(await settled(afterTurnSettled(config, turn)));
     // And a maintenance pass before the reset.
     const early = await runRemoteRetry(other, { keys: keys(), scope: { workspaceIds: [inst.workspaceId] } });
@@ -144,7 +138,7 @@ describe('a 429 reset holds the route', () => {
     expect(r.cleaned_at).toBeNull();
 
     // Each gated re-run rescheduled the row (30 s first retry from its run, the last at +4 s).
-    await advanceClocks(31_000);
+    await advanceClocks(pool, 31_000);
     const after = await runRemoteRetry(other, { keys: keys(), scope: { workspaceIds: [inst.workspaceId] } });
     expect(after).toMatchObject({ claimed: 1, cleaned: 1 });
     const deletes = await callsTo('reactions.delete', inst.appId);
@@ -164,7 +158,7 @@ describe('a 429 reset holds the route', () => {
     await emu('faults', { route: 'reactions.create', kind: '429', resetSeconds: 8 });
     expect(await addTypingBadge(pool, first)).toBe('not_added');
 
-    await advanceClocks(4000);
+    await advanceClocks(pool, 4000);
     const gatedMessage = await newMessage();
     const gated = await register(pool, inst, { sessionId: session, messageId: gatedMessage, position: 2 });
     expect(await addTypingBadge(other, gated)).toBe('not_added');
@@ -181,7 +175,7 @@ describe('a 429 reset holds the route', () => {
     const [live] = await liveRows(pool, inst, 1);
     expect(await withdrawAfterCommit(other, keys(), [live!.id])).toEqual({ [live!.id]: 'cleaned' });
 
-    await advanceClocks(4000);
+    await advanceClocks(pool, 4000);
     const laterMessage = await newMessage();
     const later = await register(pool, inst, { sessionId: session, messageId: laterMessage, position: 3 });
     expect(await addTypingBadge(other, later)).toBe('added');
@@ -207,7 +201,7 @@ describe('a 429 reset holds the route', () => {
       expect(rows[0]!.s).toBeGreaterThanOrEqual(59);
     }
 
-    await advanceClocks(61_000);
+    await advanceClocks(pool, 61_000);
     const after = await runRemoteRetry(other, { keys: keys(), scope: { workspaceIds: [inst.workspaceId] } });
     expect(after).toMatchObject({ claimed: 3, cleaned: 3 });
     const deletes = await callsTo('reactions.delete', inst.appId);
@@ -226,10 +220,10 @@ describe('a 429 reset holds the route', () => {
     const ids = await settle(session, 1);
     await emu('faults', { route: 'reactions.list', kind: '429', resetSeconds: 8 });
     expect(await withdrawAfterCommit(pool, keys(), ids)).toEqual({ [registeredId(reg)]: 'rate_limited' });
-    await advanceClocks(4000);
+    await advanceClocks(pool, 4000);
     expect(await withdrawAfterCommit(other, keys(), ids)).toEqual({ [registeredId(reg)]: 'rate_limited' });
     expect((await callsTo('reactions.list', inst.appId)).map((c) => c.status)).toEqual([429]);
-    await advanceClocks(4000);
+    await advanceClocks(pool, 4000);
     expect(await withdrawAfterCommit(other, keys(), ids)).toEqual({ [registeredId(reg)]: 'cleaned' });
     expect(await typingOf(messageId, inst.appId)).toHaveLength(0);
   });

@@ -3,8 +3,8 @@ import { getInstallationRow, openInstallation } from '../installations/store';
 import type { LarkClient } from '../lark/client';
 import { CREDENTIAL_CODES } from '../lark/errors';
 import { log } from '../log';
-import type { RemoteOutcome } from './remote';
 import { ledgerClient } from './client';
+import type { RemoteOutcome } from './remote';
 import { clientFor } from './snapshot';
 import type { Q } from './types';
 
