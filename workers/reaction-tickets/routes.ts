@@ -6,12 +6,12 @@ import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
 import { lockMessage } from './locks';
 import { applyWithTicket, retireWithTicket } from './operations';
-import { releaseIssuance, reserveIssuance } from './quota';
+import { chargeIssuance } from './quota';
 import { readReactions, toggleReaction } from './reactions';
 import { runReactionTx } from './run';
 import * as S from './schemas';
 import { signTicket, ticketKeyVersion, verifyTicket } from './ticket-token';
-import { issueTicket } from './tickets';
+import { findTicketByOperation, issueTicket } from './tickets';
 
 /**
  * The /v1 mobile reaction API. Every route authenticates the actor (JWT) and re-checks
@@ -77,7 +77,10 @@ reactionApi.openapi(
     const pool = c.var.db();
     const intent = { messageId: body.messageId, emoji: body.emoji, desired: body.desired };
     const admission = await admitToMessage(pool, actorId, issuedAt, body.messageId);
-    await reserveIssuance(c.env, config, pool, admission.workspaceId, actorId, body.operationId);
+    // A retried issuance (lost response) is not charged again. Two first tries racing may both
+    // be charged: the rate only errs on the strict side. The outstanding bound is issueTicket's.
+    if (!(await findTicketByOperation(pool, actorId, body.operationId)))
+      await chargeIssuance(c.env, config, admission.workspaceId, actorId);
     const keyVersion = ticketKeyVersion(config.SECRET_KEYS);
     const { ticket, replayed } = await runReactionTx(pool, config, (client) =>
       issueTicket(client, {
@@ -87,11 +90,9 @@ reactionApi.openapi(
         admission,
         ttlSeconds: config.REACTION_TICKET_TTL_SECONDS,
         keyVersion,
+        maxOutstanding: config.REACTION_TICKET_MAX_OUTSTANDING,
       }),
-    ).catch(async (err) => {
-      await releaseIssuance(c.env, admission.workspaceId, actorId, body.operationId);
-      throw err;
-    });
+    );
     const out = {
       ticket: await signTicket(config.SECRET_KEYS, ticket.key_version, ticket.id),
       operationId: ticket.operation_id,
@@ -132,10 +133,9 @@ reactionApi.openapi(
       return c.json(result, 200);
     }
     const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    const { workspaceId, ...result } = await runReactionTx(c.var.db(), config, (client) =>
+    const result = await runReactionTx(c.var.db(), config, (client) =>
       applyWithTicket(client, caller, operationId, ticketId, intent),
     );
-    c.executionCtx.waitUntil(releaseIssuance(c.env, workspaceId, caller.actorId, operationId));
     return c.json(result, 200);
   },
 );
@@ -167,10 +167,9 @@ reactionApi.openapi(
       return c.json(result, 200);
     }
     const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    const { workspaceId, ...result } = await runReactionTx(c.var.db(), config, (client) =>
+    const result = await runReactionTx(c.var.db(), config, (client) =>
       retireWithTicket(client, caller, operationId, ticketId),
     );
-    c.executionCtx.waitUntil(releaseIssuance(c.env, workspaceId, caller.actorId, operationId));
     return c.json(result, 200);
   },
 );
