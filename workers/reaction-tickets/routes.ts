@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
+import { enforceRateLimit } from '../rate-limit';
 import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
 import { lockMessage } from './locks';
@@ -33,6 +34,11 @@ reactionApi.openAPIRegistry.registerComponent('securitySchemes', 'actorBearer', 
 });
 for (const path of ['/reaction-tickets', '/reaction-operations/*', '/messages/*']) {
   reactionApi.use(path, requireActor());
+  // Per actor, after authentication (an unauthenticated request costs no database work).
+  reactionApi.use(path, async (c, next) => {
+    await enforceRateLimit(c.env.V1_ACTOR_RATE_LIMIT, 'actor', c.var.actor.actorId);
+    await next();
+  });
   reactionApi.use(
     path,
     bodyLimit({
@@ -117,7 +123,7 @@ reactionApi.openapi(
     },
     responses: {
       200: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
-      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 503),
+      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 429, 503),
     },
   }),
   async (c) => {
@@ -152,7 +158,7 @@ reactionApi.openapi(
     },
     responses: {
       200: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
-      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 503),
+      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 429, 503),
     },
   }),
   async (c) => {
@@ -181,7 +187,7 @@ reactionApi.openapi(
     summary: 'The exact current reactions of a message',
     security,
     request: { params: S.MessageParams },
-    responses: { 200: json(S.MessageReactions, 'Current reactions'), ...S.errors(400, 401, 404, 503) },
+    responses: { 200: json(S.MessageReactions, 'Current reactions'), ...S.errors(400, 401, 404, 429, 503) },
   }),
   async (c) => {
     const { messageId } = c.req.valid('param');
@@ -203,7 +209,7 @@ reactionApi.openapi(
       params: S.MessageParams,
       body: { required: true, content: { 'application/json': { schema: S.ToggleRequest } } },
     },
-    responses: { 200: json(S.ToggleResult, 'Toggled'), ...S.errors(400, 401, 404, 413, 503) },
+    responses: { 200: json(S.ToggleResult, 'Toggled'), ...S.errors(400, 401, 404, 413, 429, 503) },
   }),
   async (c) => {
     const { messageId } = c.req.valid('param');
