@@ -42,7 +42,9 @@ describe('a migrated database has no test clock', () => {
       await client.query(`set local app.clock_offset_ms = '${DAY_MS}'`);
       await client.query(`set local app.test_clock = 'on'`);
       // The table a test database keeps its offset in, if a migration still created one.
-      const { rows } = await client.query<{ t: string | null }>("select to_regclass('app_test_clock')::text as t");
+      const { rows } = await client.query<{ t: string | null }>(
+        "select to_regclass('app_test_clock')::text as t",
+      );
       if (rows[0]!.t) await client.query('update app_test_clock set offset_ms = $1', [DAY_MS]);
       expect(await skewMs()).toBeLessThan(1000);
       expect(rows[0]!.t).toBeNull();
