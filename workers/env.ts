@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { AppError } from './errors';
+import { API_BASE_RULE, isAllowedApiBase } from './lark/api-base';
 import { log } from './log';
 
 /**
@@ -30,7 +31,12 @@ export const ConfigSchema = z.object({
       }
     })
     .refine((keys) => Object.keys(keys).length > 0, 'at least one key'),
-  LARK_API_BASE: z.string().url().default('https://open.larksuite.com'),
+  // Installations registered without api_base use it: the same https-or-loopback rule.
+  LARK_API_BASE: z
+    .string()
+    .url()
+    .refine(isAllowedApiBase, API_BASE_RULE)
+    .default('https://open.larksuite.com'),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
   DB_STATEMENT_TIMEOUT_MS: intFromString(100, 60_000).default(5000),
   // Effect runtime (docs/effects.md): liveness floor and candidates per recovery pass.

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { type Clock, type Deadline, systemClock } from '../clock';
+import { isAllowedApiBase } from './api-base';
 import { classify, LarkApiError, RETRYABLE_CODES, retryAfter, TOKEN_CODES } from './errors';
 import {
   ApiEnvelope,
@@ -102,6 +103,10 @@ export class LarkClient {
     const key = tokenCacheKey(this.base, this.creds.appId);
     const hit = cachedToken(key, this.clock);
     if (hit) return hit;
+    // Admin input is refused already (workers/lark/api-base.ts); this also covers rows and
+    // credential snapshots stored before that rule. Retrying cannot make the host https.
+    if (!isAllowedApiBase(this.base))
+      throw new LarkApiError('permanent', 0, 0, 'api_base is not https: the app secret is not sent there');
     const body = { app_id: this.creds.appId, app_secret: this.creds.appSecret };
     const res = await this.send(
       'POST',
