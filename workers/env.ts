@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { AppError } from './errors';
 import { API_BASE_RULE, isAllowedApiBase } from './lark/api-base';
-import { log } from './log';
+import { log, registerSecret } from './log';
 
 /**
  * Bindings as Cloudflare hands them to the Worker and its Durable Objects: generated from
@@ -96,5 +96,21 @@ export function loadConfig(env: Env): Config {
     throw new AppError('bad_environment', `Environment variable ${variable} is missing or malformed`);
   }
   cache.set(env, parsed.data);
+  registerConfiguredSecrets(parsed.data);
   return parsed.data;
+}
+
+/** Every configured secret value, so log.ts scrubs it from any line under any key. */
+function registerConfiguredSecrets(config: Config): void {
+  registerSecret(config.ADMIN_TOKEN);
+  registerSecret(config.ACTOR_JWT_SECRET);
+  for (const material of Object.values(config.SECRET_KEYS)) registerSecret(material);
+  registerSecret(config.DATABASE_URL);
+  try {
+    const url = new URL(config.DATABASE_URL.replace(/^postgres(ql)?:/, 'http:'));
+    registerSecret(url.password);
+    registerSecret(decodeURIComponent(url.password));
+  } catch {
+    // By design: the schema checked only the scheme; a URL that does not parse has no password part to register.
+  }
 }

@@ -1,4 +1,5 @@
 import { fromBase64, toBase64 } from '../lib/base64';
+import { registerSecret } from '../log';
 import { SUBKEY, subkey } from './subkeys';
 
 /**
@@ -49,6 +50,8 @@ export function currentKeyVersion(keys: KeyRing): string {
 }
 
 export async function seal(keys: KeyRing, plaintext: string, boundTo: string): Promise<string> {
+  // What is sealed is a secret: never printed by log.ts, under any key.
+  registerSecret(plaintext);
   const version = currentKeyVersion(keys);
   const iv = crypto.getRandomValues(new Uint8Array(12));
   const key = await sealKey(keys[version]!);
@@ -77,7 +80,9 @@ export async function unseal(keys: KeyRing, sealed: string, boundTo: string): Pr
       await (legacy ? legacyKey(material) : sealKey(material)),
       fromBase64(ctText),
     );
-    return dec.decode(pt);
+    const plaintext = dec.decode(pt);
+    registerSecret(plaintext);
+    return plaintext;
   } catch {
     throw new SealedValueError('sealed value does not open for this row');
   }

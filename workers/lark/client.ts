@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { type Clock, type Deadline, systemClock } from '../clock';
+import { registerSecret } from '../log';
 import { isAllowedApiBase } from './api-base';
 import { classify, LarkApiError, RETRYABLE_CODES, retryAfter, TOKEN_CODES } from './errors';
 import {
@@ -54,6 +55,8 @@ export class LarkClient {
     opts: { fetch?: typeof fetch; clock?: Clock } = {},
   ) {
     this.base = creds.baseUrl.replace(/\/+$/, '');
+    // Wherever the app secret came from (installation, snapshot, test), log.ts never prints it.
+    registerSecret(creds.appSecret);
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.clock = opts.clock ?? systemClock;
   }
