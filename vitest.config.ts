@@ -44,6 +44,9 @@ export default defineConfig({
                 // for (runDurableObjectAlarm), and nothing runs behind its back.
                 DO_ALARMS: 'manual',
               },
+              // A rate limiter small enough to exceed in a test (the real ones, from
+              // wrangler.toml, allow hundreds a minute); a test swaps it in for one request.
+              ratelimits: { TEST_RATE_LIMIT_3: { simple: { limit: 3, period: 60 } } },
             },
           })),
         ],

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { AppError } from './errors';
-import { log } from './log';
+import { API_BASE_RULE, isAllowedApiBase } from './lark/api-base';
+import { log, registerSecret } from './log';
 
 /**
  * Bindings as Cloudflare hands them to the Worker and its Durable Objects: generated from
@@ -30,7 +31,12 @@ export const ConfigSchema = z.object({
       }
     })
     .refine((keys) => Object.keys(keys).length > 0, 'at least one key'),
-  LARK_API_BASE: z.string().url().default('https://open.larksuite.com'),
+  // Installations registered without api_base use it: the same https-or-loopback rule.
+  LARK_API_BASE: z
+    .string()
+    .url()
+    .refine(isAllowedApiBase, API_BASE_RULE)
+    .default('https://open.larksuite.com'),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
   DB_STATEMENT_TIMEOUT_MS: intFromString(100, 60_000).default(5000),
   // Effect runtime (docs/effects.md): liveness floor and candidates per recovery pass.
@@ -90,5 +96,21 @@ export function loadConfig(env: Env): Config {
     throw new AppError('bad_environment', `Environment variable ${variable} is missing or malformed`);
   }
   cache.set(env, parsed.data);
+  registerConfiguredSecrets(parsed.data);
   return parsed.data;
+}
+
+/** Every configured secret value, so log.ts scrubs it from any line under any key. */
+function registerConfiguredSecrets(config: Config): void {
+  registerSecret(config.ADMIN_TOKEN);
+  registerSecret(config.ACTOR_JWT_SECRET);
+  for (const material of Object.values(config.SECRET_KEYS)) registerSecret(material);
+  registerSecret(config.DATABASE_URL);
+  try {
+    const url = new URL(config.DATABASE_URL.replace(/^postgres(ql)?:/, 'http:'));
+    registerSecret(url.password);
+    registerSecret(decodeURIComponent(url.password));
+  } catch {
+    // By design: the schema checked only the scheme; a URL that does not parse has no password part to register.
+  }
 }

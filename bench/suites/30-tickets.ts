@@ -88,6 +88,8 @@ async function ticketed(pool: Pool, actors: string[], messageOf: (a: number) => 
             },
             ttlSeconds: 7 * 86_400,
             keyVersion: '1',
+            // Every ticket is issued before any applies: the bench bounds itself by OPS.
+            maxOutstanding: OPS,
           }),
         );
         tickets[a]!.push({ id: ticket.id, operationId });

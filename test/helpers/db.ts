@@ -48,7 +48,7 @@ export async function blockedBehind(pool: Pool, holderPid: number, timeoutMs = 1
   }
 }
 
-/** Moves app_now() for every connection to the test database (app.test_clock is on). */
+/** Moves app_now() for every connection to the test database (its test clock: test/setup/test-clock.sql). */
 export async function setDbClockOffset(pool: Pool, offsetMs: number): Promise<void> {
   await pool.query('update app_test_clock set offset_ms = $1', [offsetMs]);
 }

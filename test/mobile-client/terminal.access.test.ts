@@ -62,7 +62,7 @@ describe('terminal states other than expiry', () => {
       actionLabel: 'Thử lại',
     });
 
-    // The holder applies (freeing its lease); the user taps "Try again": same operation ID.
+    // The holder applies (freeing its slot); the user taps "Try again": same operation ID.
     d.network.clearFaults();
     d.clock.advance(10 * 60_000);
     await d.client.sync();

@@ -158,3 +158,26 @@ export async function snapshot(pool: Pool, messageId: string, actorId: string) {
 export { blockedBehind as blockedBy } from '../helpers/db';
 
 export const DAY_MS = 86_400_000;
+
+/**
+ * Reopens the closed legacy contract, which nothing in a migrated database can do: the
+ * trigger refuses every reopen (migration 0084). A test that needs the open state again
+ * disables it for its own transaction, as the table's owner; no other session sees it off.
+ */
+export async function reopenLegacyContract(pool: Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('begin');
+    await client.query('alter table private.write_contract_state disable trigger write_contract_no_reopen');
+    await client.query(
+      "update private.write_contract_state set closed_at = null, drained_at = null, closed_by = null where contract = 'legacy_desired_state'",
+    );
+    await client.query('alter table private.write_contract_state enable trigger write_contract_no_reopen');
+    await client.query('commit');
+  } catch (err) {
+    await client.query('rollback');
+    throw err;
+  } finally {
+    client.release();
+  }
+}

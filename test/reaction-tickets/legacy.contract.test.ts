@@ -95,12 +95,13 @@ describe('legacy unbounded desired-state contract', () => {
     expect(again.body.closedAt).toBe(first.body.closedAt);
   });
 
-  it('outside a test database the close is one-way: a rollback cannot reopen the unbounded path', async () => {
+  it('the close is one-way: a rollback cannot reopen the unbounded path, whatever the session sets', async () => {
     expect((await close()).status).toBe(200);
     const client = await pool.connect();
     try {
       await client.query('begin');
-      await client.query("set local app.test_clock = 'off'");
+      // The setting that used to reopen it in test databases (before migration 0084).
+      await client.query("set local app.test_clock = 'on'");
       await expect(
         client.query('update private.write_contract_state set closed_at = null, drained_at = null'),
       ).rejects.toMatchObject({ code: '55000' });

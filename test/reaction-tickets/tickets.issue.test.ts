@@ -1,6 +1,6 @@
-import { env, exports } from 'cloudflare:workers';
+import { exports } from 'cloudflare:workers';
 import { afterAll, describe, expect, it } from 'vitest';
-import { testPool } from '../helpers/db';
+import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
 import { call, DAY_MS, issue, opId, seedWorld, snapshot, ticketFor, tokenFor } from './helpers';
 
 const pool = testPool();
@@ -121,7 +121,7 @@ describe('POST /v1/reaction-tickets', () => {
   });
 });
 
-describe('issuance bounds (WorkspaceQuota)', () => {
+describe('issuance bounds', () => {
   it('over the outstanding bound is 429 quota_exceeded with Retry-After; applying frees a slot', async () => {
     const w = await seedWorld();
     const tight = { REACTION_TICKET_MAX_OUTSTANDING: '2', REACTION_TICKET_RATE_PER_MINUTE: '100' };
@@ -139,7 +139,7 @@ describe('issuance bounds (WorkspaceQuota)', () => {
     expect(over.status).toBe(429);
     expect(over.body.error.code).toBe('quota_exceeded');
     expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-    // Applying one operation frees its slot (the DO lease is released or reconciled).
+    // Applying one operation frees its slot: the database no longer counts it as outstanding.
     const applied = await call('PUT', `/v1/reaction-operations/${a}`, {
       token: w.tokens[0]!,
       env: tight,
@@ -179,24 +179,32 @@ describe('issuance bounds (WorkspaceQuota)', () => {
     expect(rows[0].n).toBe(3);
   });
 
-  it('a lost lease release cannot wedge an actor: the DO reconciles with the database at the bound', async () => {
+  it('retiring frees a slot too, and an expired ticket stops counting without any release', async () => {
     const w = await seedWorld();
-    const quota = env.WORKSPACE_QUOTA.get(env.WORKSPACE_QUOTA.idFromName(w.workspaceId));
-    // A lease whose release never arrived (its operation is not outstanding in the database).
-    const stale = await quota.reserveTicket({
-      actorId: w.actors[0]!,
-      operationId: 'lost-release-op',
-      ttlMs: 7 * DAY_MS,
-      maxOutstanding: 1,
-      ratePerMinute: 100,
-    });
-    expect(stale.ok).toBe(true);
-    const res = await call('POST', '/v1/reaction-tickets', {
+    const tight = { REACTION_TICKET_MAX_OUTSTANDING: '1', REACTION_TICKET_RATE_PER_MINUTE: '100' };
+    const ask = (op: string, emoji: string) =>
+      call('POST', '/v1/reaction-tickets', {
+        token: w.tokens[0]!,
+        env: tight,
+        body: { operationId: op, messageId: w.messages[0]!, emoji, desired: 'present' },
+      });
+    const a = opId();
+    const first = await ask(a, '1️⃣');
+    expect(first.status).toBe(201);
+    expect((await ask(opId(), '2️⃣')).status).toBe(429);
+    const retired = await call('POST', `/v1/reaction-operations/${a}/retire`, {
       token: w.tokens[0]!,
-      env: { REACTION_TICKET_MAX_OUTSTANDING: '1' },
-      body: { operationId: opId(), messageId: w.messages[0]!, emoji: '🔓', desired: 'present' },
+      env: tight,
+      body: { ticket: first.body.ticket },
     });
-    expect(res.status).toBe(201);
-    expect(await quota.outstanding(w.actors[0]!)).toBe(1);
+    expect(retired.status).toBe(200);
+    expect((await ask(opId(), '3️⃣')).status).toBe(201);
+    expect((await ask(opId(), '4️⃣')).status).toBe(429);
+    await advanceDbClock(pool, 7 * DAY_MS + 1000);
+    try {
+      expect((await ask(opId(), '5️⃣')).status).toBe(201);
+    } finally {
+      await setDbClockOffset(pool, 0);
+    }
   });
 });

@@ -1,14 +1,18 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { setDbClockOffset, testPool } from '../helpers/db';
-import { put, reactions, retire, seedWorld, snapshot, ticketFor } from '../reaction-tickets/helpers';
+import {
+  put,
+  reactions,
+  reopenLegacyContract,
+  retire,
+  seedWorld,
+  snapshot,
+  ticketFor,
+} from '../reaction-tickets/helpers';
 import { admin, closeLegacyContract, cronTick, DAY_MS, enable, owner, runOnce } from './helpers';
 
 const pool = testPool();
-// Only a test database may reopen the closed contract (migration 0020's trigger).
-const reopen = () =>
-  pool.query(
-    "update private.write_contract_state set closed_at = null, drained_at = null, closed_by = null where contract = 'legacy_desired_state'",
-  );
+const reopen = () => reopenLegacyContract(pool);
 afterEach(() => setDbClockOffset(pool, 0));
 afterAll(() => pool.end());
 

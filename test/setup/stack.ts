@@ -1,4 +1,4 @@
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,6 +9,7 @@ import { migrate } from '../../scripts/lib/migrator';
 import { adminQuery, usePostgres, withDatabase } from '../../scripts/lib/postgres';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
+const TEST_CLOCK_SQL = fileURLToPath(new URL('./test-clock.sql', import.meta.url));
 
 /**
  * The outside services a test run needs: a Postgres server (DATABASE_URL's, else an embedded
@@ -30,6 +31,9 @@ export async function startTestStack() {
   const template = `${prefix}_tpl`;
   await adminQuery(server.adminUrl, `create database ${template}`);
   await migrate(withDatabase(server.adminUrl, template), { dir: MIGRATIONS_DIR });
+  // After the migrations, into the template only: the test clock is the harness's, not a
+  // migration's, so no migrated (production) database has one.
+  await adminQuery(withDatabase(server.adminUrl, template), await readFile(TEST_CLOCK_SQL, 'utf8'));
   const bridge = await startBridge();
   return {
     adminUrl: server.adminUrl,
@@ -51,9 +55,8 @@ export async function startTestStack() {
 let fileCount = 0;
 
 /**
- * A fresh database for one test file, copied from the migrated template, with the test clock
- * on. The copy keeps the template's schema and rows but not its per-database settings, hence
- * the `alter database`. The file drops it when it ends (test/setup/file-database.ts).
+ * A fresh database for one test file, copied from the migrated template (test clock
+ * included). The file drops it when it ends (test/setup/file-database.ts).
  */
 export async function createFileDatabase(
   adminUrl: string,
@@ -63,7 +66,6 @@ export async function createFileDatabase(
   fileCount += 1;
   const database = `${prefix}_f${fileCount}`;
   await adminQuery(adminUrl, `create database ${database} template ${template}`);
-  await adminQuery(adminUrl, `alter database ${database} set app.test_clock = 'on'`);
   return withDatabase(adminUrl, database);
 }
 

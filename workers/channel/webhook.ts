@@ -7,6 +7,7 @@ import { loadInstallation } from '../installations/store';
 import { MessageReceiveEvent } from '../lark/schemas';
 import { openDelivery } from '../lark/verify';
 import { log } from '../log';
+import { enforceRateLimit } from '../rate-limit';
 import { acceptInboundMessage } from './accept';
 import { afterInboundAnswered, type InboundMessage, type RecordedInput } from './inbound';
 
@@ -24,7 +25,8 @@ const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
  * then for a user's im.message.receive_v1 inserts the event_id receipt, records the input,
  * enqueues it on its conversation and registers its typing badge in ONE autocommit
  * statement (accept.ts), and only then answers 200. Everything else is acknowledged and
- * ignored. Rejections are 4xx lark_* codes with nothing written.
+ * ignored. Rejections are 4xx lark_* codes with nothing written; over the per-installation
+ * rate limit, 429 rate_limited with Retry-After (Lark redelivers later).
  */
 export const webhook = new Hono<AppEnv>().post('/:installationId', async (c) => {
   const receivedAtMs = c.var.clock.now();
@@ -35,6 +37,9 @@ export const webhook = new Hono<AppEnv>().post('/:installationId', async (c) => 
   const installationId = c.req.param('installationId');
   if (!INSTALLATION_ID.test(installationId))
     throw new AppError('lark_unknown_installation', 'No such Lark installation');
+  // Before the database: anyone can post here, and every request below costs a lookup. After
+  // the body is read, so a refused request leaves no unread body on the connection.
+  await enforceRateLimit(c.env.WEBHOOK_RATE_LIMIT, 'installation', installationId);
   // Only the statements get the tight budget; the connect timeout stays the service-wide one
   // (measured: at 2 s, 86 of 128 bench events failed to connect on a loaded 2-core machine).
   const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS });

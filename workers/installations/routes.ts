@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { z } from 'zod';
 import type { AppEnv } from '../context';
 import { AppError } from '../errors';
+import { API_BASE_RULE, isAllowedApiBase } from '../lark/api-base';
 import { readJsonBody } from '../lib/json-body';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
@@ -13,9 +14,9 @@ import {
   rotateInstallation,
 } from './store';
 
-/** `lark` and `feishu` name the two public hosts; anything else must be an http(s) URL. */
+/** `lark` and `feishu` name the two public hosts; anything else must be https (or loopback http). */
 const ApiBase = z
-  .union([z.enum(['lark', 'feishu']), z.url({ protocol: /^https?$/ })])
+  .union([z.enum(['lark', 'feishu']), z.url().refine(isAllowedApiBase, API_BASE_RULE)])
   .transform((v) =>
     v === 'lark' ? 'https://open.larksuite.com' : v === 'feishu' ? 'https://open.feishu.cn' : v,
   )

@@ -1,5 +1,7 @@
 import type { z } from 'zod';
 import { type Clock, type Deadline, systemClock } from '../clock';
+import { registerSecret } from '../log';
+import { isAllowedApiBase } from './api-base';
 import {
   classify,
   LarkApiError,
@@ -64,6 +66,8 @@ export class LarkClient {
     opts: { fetch?: typeof fetch; clock?: Clock; rateGate?: RateGate } = {},
   ) {
     this.base = creds.baseUrl.replace(/\/+$/, '');
+    // Wherever the app secret came from (installation, snapshot, test), log.ts never prints it.
+    registerSecret(creds.appSecret);
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.clock = opts.clock ?? systemClock;
     this.gate = opts.rateGate;
@@ -119,6 +123,10 @@ export class LarkClient {
     const key = tokenCacheKey(this.base, this.creds.appId);
     const hit = cachedToken(key, this.clock);
     if (hit) return hit;
+    // Admin input is refused already (workers/lark/api-base.ts); this also covers rows and
+    // credential snapshots stored before that rule. Retrying cannot make the host https.
+    if (!isAllowedApiBase(this.base))
+      throw new LarkApiError('permanent', 0, 0, 'api_base is not https: the app secret is not sent there');
     const body = { app_id: this.creds.appId, app_secret: this.creds.appSecret };
     const res = await this.send(
       'POST',

@@ -1,4 +1,5 @@
 import type { Clock } from '../clock';
+import { registerSecret } from '../log';
 
 /**
  * Tenant tokens cached per (API host, app) in isolate memory: a string, not an I/O object,
@@ -30,6 +31,8 @@ export function cachedToken(key: string, clock: Clock): string | undefined {
 }
 
 export function storeToken(key: string, token: string, expireSeconds: number, clock: Clock): void {
+  // A tenant token is a bearer credential for the whole app: never printed, cached or not.
+  registerSecret(token);
   const usableUntilMs = clock.now() + expireSeconds * 1000 - TOKEN_SAFETY_MARGIN_MS;
   if (usableUntilMs <= clock.now()) return; // too close to expiry to be worth caching
   if (entries.size >= MAX_ENTRIES) entries.delete(entries.keys().next().value as string);

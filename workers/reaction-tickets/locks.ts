@@ -12,6 +12,9 @@ export const RETIREMENT_LOCK_SQL = "select pg_advisory_xact_lock(720102, hashtex
 // Time must not ride along in this statement: its target list is computed before the row
 // lock is granted, so a request that waited here would carry a stale clock (see freshNow).
 export const MESSAGE_LOCK_SQL = 'select reaction_version from private.messages where id = $1 for update';
+// Issuance only, taken after the operation lock: serializes one actor's new tickets so the
+// outstanding count read under it is exact (see tickets.ts). Nothing else takes it.
+export const ISSUANCE_LOCK_SQL = 'select pg_advisory_xact_lock(720103, hashtext($1))';
 
 export async function lockOperation(client: Queryable, actorId: string, operationId: string): Promise<void> {
   await client.query(OPERATION_LOCK_SQL, [actorId, operationId]);
@@ -19,6 +22,10 @@ export async function lockOperation(client: Queryable, actorId: string, operatio
 
 export async function lockRetirement(client: Queryable, actorId: string, operationId: string): Promise<void> {
   await client.query(RETIREMENT_LOCK_SQL, [actorId, operationId]);
+}
+
+export async function lockIssuance(client: Queryable, actorId: string): Promise<void> {
+  await client.query(ISSUANCE_LOCK_SQL, [actorId]);
 }
 
 /** Locks the message row; returns its reaction version under the lock, or null. */

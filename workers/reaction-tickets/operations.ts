@@ -80,15 +80,14 @@ export async function applyWithTicket(
   operationId: string,
   ticketId: string,
   intent: Intent,
-): Promise<WriteResult & { workspaceId: string }> {
+): Promise<WriteResult> {
   const { ticket, prior, now } = await lockTicket(client, caller, operationId, ticketId);
-  const workspaceId = ticket.workspace_id;
   if (!sameIntent(ticket, intent))
     throw new AppError('intent_mismatch', 'The request does not match the intent bound to this ticket');
   if (isExpired(now, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
   if (prior) {
     const message = (await readReactions(client, ticket.message_id))!;
-    return { receipt: toReceipt(prior), replayed: true, message, workspaceId };
+    return { receipt: toReceipt(prior), replayed: true, message };
   }
 
   const fence = await lockFence(client, caller, operationId);
@@ -100,7 +99,7 @@ export async function applyWithTicket(
   // Fresh time after the message lock: the last expiry check is inside the mutating statement itself (guardedApply).
   const applied = await guardedApply(client, ticket, locked.version);
   if (!applied) return throwExpired(client, ticket, null);
-  return { receipt: toReceipt(applied.receipt), replayed: false, message: applied.message, workspaceId };
+  return { receipt: toReceipt(applied.receipt), replayed: false, message: applied.message };
 }
 
 export async function retiredError(client: Queryable, operationId: string, messageId: string | null) {
@@ -123,12 +122,11 @@ export async function retireWithTicket(
   caller: Caller,
   operationId: string,
   ticketId: string,
-): Promise<RetireResult & { workspaceId: string }> {
+): Promise<RetireResult> {
   const { ticket, prior, now } = await lockTicket(client, caller, operationId, ticketId);
   if (isExpired(now, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
   const message = await readReactions(client, ticket.message_id);
-  const workspaceId = ticket.workspace_id;
-  if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message, workspaceId };
+  if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message };
 
   const fenceState = await lockFence(client, caller, operationId);
   if (isExpired(fenceState.now, ticket)) await throwExpired(client, ticket, null);
@@ -146,6 +144,5 @@ export async function retireWithTicket(
     operationId,
     retiredAt: new Date(fence.created_at).toISOString(),
     message,
-    workspaceId,
   };
 }

@@ -2,16 +2,17 @@ import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
+import { enforceRateLimit } from '../rate-limit';
 import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
 import { lockMessage } from './locks';
 import { applyWithTicket, retireWithTicket } from './operations';
-import { releaseIssuance, reserveIssuance } from './quota';
+import { chargeIssuance } from './quota';
 import { readReactions, toggleReaction } from './reactions';
 import { runReactionTx } from './run';
 import * as S from './schemas';
 import { signTicket, ticketKeyVersion, verifyTicket } from './ticket-token';
-import { issueTicket } from './tickets';
+import { findTicketByOperation, issueTicket } from './tickets';
 
 /**
  * The /v1 mobile reaction API. Every route authenticates the actor (JWT) and re-checks
@@ -33,6 +34,11 @@ reactionApi.openAPIRegistry.registerComponent('securitySchemes', 'actorBearer', 
 });
 for (const path of ['/reaction-tickets', '/reaction-operations/*', '/messages/*']) {
   reactionApi.use(path, requireActor());
+  // Per actor, after authentication (an unauthenticated request costs no database work).
+  reactionApi.use(path, async (c, next) => {
+    await enforceRateLimit(c.env.V1_ACTOR_RATE_LIMIT, 'actor', c.var.actor.actorId);
+    await next();
+  });
   reactionApi.use(
     path,
     bodyLimit({
@@ -77,7 +83,10 @@ reactionApi.openapi(
     const pool = c.var.db();
     const intent = { messageId: body.messageId, emoji: body.emoji, desired: body.desired };
     const admission = await admitToMessage(pool, actorId, issuedAt, body.messageId);
-    await reserveIssuance(c.env, config, pool, admission.workspaceId, actorId, body.operationId);
+    // A retried issuance (lost response) is not charged again. Two first tries racing may both
+    // be charged: the rate only errs on the strict side. The outstanding bound is issueTicket's.
+    if (!(await findTicketByOperation(pool, actorId, body.operationId)))
+      await chargeIssuance(c.env, config, admission.workspaceId, actorId);
     const keyVersion = ticketKeyVersion(config.SECRET_KEYS);
     const { ticket, replayed } = await runReactionTx(pool, config, (client) =>
       issueTicket(client, {
@@ -87,11 +96,9 @@ reactionApi.openapi(
         admission,
         ttlSeconds: config.REACTION_TICKET_TTL_SECONDS,
         keyVersion,
+        maxOutstanding: config.REACTION_TICKET_MAX_OUTSTANDING,
       }),
-    ).catch(async (err) => {
-      await releaseIssuance(c.env, admission.workspaceId, actorId, body.operationId);
-      throw err;
-    });
+    );
     const out = {
       ticket: await signTicket(config.SECRET_KEYS, ticket.key_version, ticket.id),
       operationId: ticket.operation_id,
@@ -116,7 +123,7 @@ reactionApi.openapi(
     },
     responses: {
       200: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
-      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 503),
+      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 429, 503),
     },
   }),
   async (c) => {
@@ -132,10 +139,9 @@ reactionApi.openapi(
       return c.json(result, 200);
     }
     const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    const { workspaceId, ...result } = await runReactionTx(c.var.db(), config, (client) =>
+    const result = await runReactionTx(c.var.db(), config, (client) =>
       applyWithTicket(client, caller, operationId, ticketId, intent),
     );
-    c.executionCtx.waitUntil(releaseIssuance(c.env, workspaceId, caller.actorId, operationId));
     return c.json(result, 200);
   },
 );
@@ -152,7 +158,7 @@ reactionApi.openapi(
     },
     responses: {
       200: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
-      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 503),
+      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 429, 503),
     },
   }),
   async (c) => {
@@ -167,10 +173,9 @@ reactionApi.openapi(
       return c.json(result, 200);
     }
     const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    const { workspaceId, ...result } = await runReactionTx(c.var.db(), config, (client) =>
+    const result = await runReactionTx(c.var.db(), config, (client) =>
       retireWithTicket(client, caller, operationId, ticketId),
     );
-    c.executionCtx.waitUntil(releaseIssuance(c.env, workspaceId, caller.actorId, operationId));
     return c.json(result, 200);
   },
 );
@@ -182,7 +187,7 @@ reactionApi.openapi(
     summary: 'The exact current reactions of a message',
     security,
     request: { params: S.MessageParams },
-    responses: { 200: json(S.MessageReactions, 'Current reactions'), ...S.errors(400, 401, 404, 503) },
+    responses: { 200: json(S.MessageReactions, 'Current reactions'), ...S.errors(400, 401, 404, 429, 503) },
   }),
   async (c) => {
     const { messageId } = c.req.valid('param');
@@ -204,7 +209,7 @@ reactionApi.openapi(
       params: S.MessageParams,
       body: { required: true, content: { 'application/json': { schema: S.ToggleRequest } } },
     },
-    responses: { 200: json(S.ToggleResult, 'Toggled'), ...S.errors(400, 401, 404, 413, 503) },
+    responses: { 200: json(S.ToggleResult, 'Toggled'), ...S.errors(400, 401, 404, 413, 429, 503) },
   }),
   async (c) => {
     const { messageId } = c.req.valid('param');

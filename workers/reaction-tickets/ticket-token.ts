@@ -1,33 +1,19 @@
 import { currentKeyVersion, type KeyRing } from '../crypto/sealed';
-import { fromBase64, fromBase64Url, toBase64Url } from '../lib/base64';
+import { SUBKEY, subkey } from '../crypto/subkeys';
+import { fromBase64Url, toBase64Url } from '../lib/base64';
 
 /**
  * The bearer form of a server-stored ticket: `rt1.<key version>.<ticket id>.<mac>`, where
- * mac = HMAC-SHA256 over the ticket ID under a key derived (HKDF) from SECRET_KEYS. The row
+ * mac = HMAC-SHA256 over the ticket ID under the version's ticket subkey (HKDF label
+ * `reaction-ticket/v1`, workers/crypto/subkeys.ts; the seal key is another subkey). The row
  * holds the binding (actor, operation, intent, expiry); the MAC makes IDs unguessable and
  * lets a retried issuance hand back the same token without storing it.
  */
 const enc = new TextEncoder();
-const macKeys = new Map<string, Promise<CryptoKey>>();
 const TOKEN = /^rt1\.(\d{1,6})\.([0-9a-f-]{36})\.([A-Za-z0-9_-]{43})$/;
 
-function macKey(material: string): Promise<CryptoKey> {
-  let key = macKeys.get(material);
-  if (!key) {
-    key = (async () => {
-      const base = await crypto.subtle.importKey('raw', fromBase64(material), 'HKDF', false, ['deriveKey']);
-      return crypto.subtle.deriveKey(
-        { name: 'HKDF', hash: 'SHA-256', salt: new Uint8Array(0), info: enc.encode('reaction-ticket/v1') },
-        base,
-        { name: 'HMAC', hash: 'SHA-256', length: 256 },
-        false,
-        ['sign', 'verify'],
-      );
-    })();
-    macKeys.set(material, key);
-  }
-  return key;
-}
+// The same derivation as before workers/crypto/subkeys.ts existed, so issued tickets verify.
+const macKey = (material: string) => subkey(material, SUBKEY.reactionTicket);
 
 export function ticketKeyVersion(keys: KeyRing): string {
   return currentKeyVersion(keys);

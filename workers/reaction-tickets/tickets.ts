@@ -1,6 +1,6 @@
 import { AppError } from '../errors';
 import type { Admission } from './directory';
-import { lockOperation } from './locks';
+import { lockIssuance, lockOperation } from './locks';
 import { readReactions } from './reactions';
 import type { Intent, Queryable, TicketRow } from './types';
 
@@ -16,7 +16,12 @@ export interface IssueInput {
   admission: Admission;
   ttlSeconds: number;
   keyVersion: string;
+  /** REACTION_TICKET_MAX_OUTSTANDING: the actor's unexpired, unapplied, unretired tickets. */
+  maxOutstanding: number;
 }
+
+/** Retry-After for a full actor: until its first outstanding ticket expires, at most a minute. */
+const MAX_OUTSTANDING_RETRY_S = 60;
 
 export function sameIntent(t: Pick<TicketRow, 'message_id' | 'emoji' | 'desired'>, i: Intent): boolean {
   return t.message_id === i.messageId && t.emoji === i.emoji && t.desired === i.desired;
@@ -37,7 +42,10 @@ const USED_SQL = `
       or exists (select 1 from private.chat_retired_reaction_operations where actor_id = $1 and operation_id = $2)
     as used`;
 
-/** Runs inside a transaction; takes the operation lock so issuance and writes serialize. */
+/**
+ * Runs inside a transaction; takes the operation lock so issuance and writes serialize, then
+ * (for a new ticket only) the actor's issuance lock for the outstanding bound.
+ */
 export async function issueTicket(
   client: Queryable,
   input: IssueInput,
@@ -57,6 +65,7 @@ export async function issueTicket(
   }
   const { rows: used } = await client.query<{ used: boolean }>(USED_SQL, [actorId, operationId]);
   if (used[0]!.used) throw new AppError('conflict', 'This operation ID was already used; choose a new one');
+  await assertUnderOutstandingBound(client, actorId, input.maxOutstanding);
   const { rows } = await client.query<TicketRow>(INSERT_SQL, [
     actorId,
     operationId,
@@ -84,25 +93,45 @@ export async function findTicketByOperation(
 }
 
 /**
- * Operation IDs of the actor's outstanding tickets: unexpired, neither applied nor retired.
- * The WorkspaceQuota DO reconciles its leases against this list.
+ * The actor's outstanding tickets (unexpired, neither applied nor retired), counted up to
+ * `limit`, and the seconds until the first of them expires. A ticket stops being outstanding
+ * in the transaction that applies or retires it, or when its expiry passes: nothing to release.
  */
-export async function outstandingOperations(
-  client: Queryable,
-  actorId: string,
-  limit = 1000,
-): Promise<string[]> {
-  const { rows } = await client.query<{ operation_id: string }>(
-    `select t.operation_id from private.reaction_tickets t
-     where t.actor_id = $1 and t.expires_at > app_now()
-       and not exists (select 1 from private.chat_reaction_operations o
-                       where o.actor_id = t.actor_id and o.operation_id = t.operation_id)
-       and not exists (select 1 from private.chat_retired_reaction_operations f
-                       where f.actor_id = t.actor_id and f.operation_id = t.operation_id)
-     order by t.expires_at limit $2`,
-    [actorId, limit],
+const OUTSTANDING_SQL = `
+  with live as (
+    select t.expires_at from private.reaction_tickets t
+    where t.actor_id = $1 and t.expires_at > app_now()
+      and not exists (select 1 from private.chat_reaction_operations o
+                      where o.actor_id = t.actor_id and o.operation_id = t.operation_id)
+      and not exists (select 1 from private.chat_retired_reaction_operations f
+                      where f.actor_id = t.actor_id and f.operation_id = t.operation_id)
+    order by t.expires_at limit $2)
+  select count(*)::int as n,
+         ceil(extract(epoch from min(expires_at) - app_now()))::int as first_expiry_s
+  from live`;
+
+/**
+ * The outstanding bound, enforced where the tickets live. Every new ticket of one actor is
+ * inserted under the per-actor issuance lock, and this count is its own statement after the
+ * lock is granted (read committed: a fresh snapshot that sees every ticket committed by an
+ * earlier holder), so no interleaving of requests can pass the bound. Applying, retiring and
+ * expiry only ever lower the count, so they need not take the lock.
+ */
+async function assertUnderOutstandingBound(client: Queryable, actorId: string, max: number): Promise<void> {
+  await lockIssuance(client, actorId);
+  const { rows } = await client.query<{ n: number; first_expiry_s: number | null }>(OUTSTANDING_SQL, [
+    actorId,
+    max,
+  ]);
+  const { n, first_expiry_s } = rows[0]!;
+  if (n < max) return;
+  const retryAfterSeconds = Math.min(MAX_OUTSTANDING_RETRY_S, Math.max(1, first_expiry_s ?? 1));
+  throw new AppError(
+    'quota_exceeded',
+    'Too many outstanding tickets; apply or retire some first',
+    { reason: 'outstanding', retryAfterSeconds },
+    { 'retry-after': String(retryAfterSeconds) },
   );
-  return rows.map((r) => r.operation_id);
 }
 
 /**

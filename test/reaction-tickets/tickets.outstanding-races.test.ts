@@ -1,0 +1,120 @@
+import { runInDurableObject } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
+import type { PoolClient } from '@neondatabase/serverless';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { ISSUANCE_LOCK_SQL, OPERATION_LOCK_SQL } from '../../workers/reaction-tickets/locks';
+import { backendPid, testPool } from '../helpers/db';
+import { call, opId, PATIENT, type Reply, seedWorld, type World } from './helpers';
+
+/**
+ * The per-actor outstanding bound (REACTION_TICKET_MAX_OUTSTANDING) under concurrency: every
+ * race is forced by holding a lock the requests need and releasing it once they wait on it.
+ */
+const pool = testPool();
+const holders: PoolClient[] = [];
+afterEach(async () => {
+  for (const h of holders.splice(0)) {
+    await h.query('rollback').catch(() => undefined);
+    h.release();
+  }
+});
+afterAll(() => pool.end());
+
+function asker(w: World, max: number) {
+  const bounds = {
+    ...PATIENT,
+    REACTION_TICKET_MAX_OUTSTANDING: String(max),
+    REACTION_TICKET_RATE_PER_MINUTE: '1000',
+  };
+  return (op: string, i: number): Promise<Reply> =>
+    call('POST', '/v1/reaction-tickets', {
+      token: w.tokens[0]!,
+      env: bounds,
+      body: { operationId: op, messageId: w.messages[0]!, emoji: `e${i}`, desired: 'present' },
+    });
+}
+
+async function ticketsOf(actorId: string): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(
+    'select count(*)::int as n from private.reaction_tickets where actor_id = $1',
+    [actorId],
+  );
+  return rows[0]!.n;
+}
+
+/** A connection with an open transaction holding `sql`'s lock until the test releases it. */
+async function hold(sql: string, params: unknown[][]): Promise<PoolClient & { pid: number }> {
+  const client = await pool.connect();
+  holders.push(client);
+  await client.query('begin');
+  for (const p of params) await client.query(sql, p);
+  return Object.assign(client, { pid: await backendPid(client) });
+}
+
+/** Waits until exactly `n` backends are blocked behind `holderPid`; returns their pids. */
+async function blockedCount(holderPid: number, n: number): Promise<number[]> {
+  const started = Date.now();
+  for (;;) {
+    const { rows } = await pool.query<{ pid: number }>(
+      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid))',
+      [holderPid],
+    );
+    if (rows.length >= n) return rows.map((r) => r.pid);
+    if (Date.now() - started > 15_000) throw new Error(`only ${rows.length} of ${n} blocked`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe('the per-actor outstanding bound under concurrency', () => {
+  it('in-flight issuances blocked mid-transaction cannot be counted out: a third request over a bound of 2 does not make 3 tickets', async () => {
+    const w = await seedWorld();
+    const ask = asker(w, 2);
+    const [a, b, c] = [opId(), opId(), opId()];
+    // a and b get past every check before their transaction and then wait on their operation locks.
+    const holder = await hold(OPERATION_LOCK_SQL, [
+      [w.actors[0], a],
+      [w.actors[0], b],
+    ]);
+    const pa = ask(a, 1);
+    const pb = ask(b, 2);
+    await blockedCount(holder.pid, 2);
+    const third = await ask(c, 3);
+    await holder.query('commit');
+    const [ra, rb] = await Promise.all([pa, pb]);
+    const statuses = [ra.status, rb.status, third.status];
+    expect(await ticketsOf(w.actors[0]!), JSON.stringify(statuses)).toBeLessThanOrEqual(2);
+    expect(statuses.filter((s) => s === 201)).toHaveLength(2);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(1);
+  });
+
+  it('eight racers released together from the per-actor issuance lock issue exactly the bound', async () => {
+    const w = await seedWorld();
+    const ask = asker(w, 3);
+    const holder = await hold(ISSUANCE_LOCK_SQL, [[w.actors[0]]]);
+    const pending = Array.from({ length: 8 }, (_, i) => ask(opId(), i));
+    await blockedCount(holder.pid, 8);
+    await holder.query('commit');
+    const replies = await Promise.all(pending);
+    const statuses = replies.map((r) => r.status).sort();
+    expect(statuses).toEqual([201, 201, 201, 429, 429, 429, 429, 429]);
+    for (const r of replies.filter((x) => x.status === 429)) {
+      expect(r.body.error.code).toBe('quota_exceeded');
+      expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    }
+    expect(await ticketsOf(w.actors[0]!)).toBe(3);
+  });
+
+  it('a Durable Object reset that loses its state does not reopen slots', async () => {
+    const w = await seedWorld();
+    const ask = asker(w, 2);
+    expect((await ask(opId(), 1)).status).toBe(201);
+    expect((await ask(opId(), 2)).status).toBe(201);
+    const quota = env.WORKSPACE_QUOTA.get(env.WORKSPACE_QUOTA.idFromName(w.workspaceId));
+    await runInDurableObject(quota, (_, state) => state.storage.deleteAll());
+    await runInDurableObject(quota, (_, state) => state.abort('reset by test')).catch(() => undefined);
+    const over = await ask(opId(), 3);
+    expect(over.status).toBe(429);
+    expect(over.body.error.code).toBe('quota_exceeded');
+    expect(await ticketsOf(w.actors[0]!)).toBe(2);
+  });
+});

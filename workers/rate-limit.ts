@@ -1,0 +1,44 @@
+import { AppError } from './errors';
+import { log } from './log';
+
+/**
+ * Request-rate guards where nothing else bounds cost (docs/operations.md "Rate limits"): the
+ * unauthenticated Lark webhook per installation, the authenticated /v1 routes per actor. The
+ * Workers rate-limiting binding counts a fixed window per key; it has no reset time to read,
+ * so Retry-After is the whole period, which is never too early.
+ */
+export type RateLimitScope = 'installation' | 'actor';
+
+/** The `period` of both [[ratelimits]] bindings in wrangler.toml. */
+export const RATE_LIMIT_PERIOD_S = 60;
+
+let unavailableLogged = false;
+
+export async function enforceRateLimit(
+  limiter: RateLimit | undefined,
+  scope: RateLimitScope,
+  key: string,
+): Promise<void> {
+  let success: boolean;
+  try {
+    if (!limiter) throw new Error('rate-limit binding missing');
+    ({ success } = await limiter.limit({ key: `${scope}:${key}` }));
+  } catch (err) {
+    // By design the guard fails open: it bounds cost, it is not an authorization check, and a
+    // limiter outage must not take the webhook or the API down with it. Logged once per isolate.
+    if (!unavailableLogged) {
+      unavailableLogged = true;
+      log.warn('rate_limit_unavailable', { scope, error: err });
+    }
+    return;
+  }
+  if (success) return;
+  throw new AppError(
+    'rate_limited',
+    scope === 'installation'
+      ? 'Too many webhook requests for this installation; retry later'
+      : 'Too many requests for this actor; retry later',
+    { scope, retryAfterSeconds: RATE_LIMIT_PERIOD_S },
+    { 'retry-after': String(RATE_LIMIT_PERIOD_S) },
+  );
+}
