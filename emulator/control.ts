@@ -10,6 +10,8 @@ import { type EmulatorState, id, type MessageRecord } from './state';
 export interface CallLogEntry {
   route: string;
   appId?: string;
+  /** The message the call was about (reaction and reply routes). */
+  messageId?: string;
   status: number | 'dropped';
   at: number;
 }
@@ -77,7 +79,10 @@ export async function control(
   if (head === 'calls') {
     if (method === 'DELETE') deps.calls.length = 0;
     const route = query.get('route');
-    const calls = deps.calls.filter((c) => !route || c.route === route);
+    const messageId = query.get('message_id');
+    const calls = deps.calls.filter(
+      (c) => (!route || c.route === route) && (!messageId || c.messageId === messageId),
+    );
     const counts: Record<string, number> = {};
     for (const c of deps.calls) counts[c.route] = (counts[c.route] ?? 0) + 1;
     return json({ counts, calls });

@@ -108,7 +108,13 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
     let appId: string | undefined;
     let token: string | undefined;
     const finish = (a: ApiAnswer) => {
-      calls.push({ route: match.route, appId, status: a.status, at: state.now() });
+      calls.push({
+        route: match.route,
+        appId,
+        messageId: params.message_id,
+        status: a.status,
+        at: state.now(),
+      });
       send(res, a);
     };
     if (match.route !== 'token') {
@@ -154,7 +160,13 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         ? tokenRoute(state, body)
         : apiRoute(state, { route: match.route, appId, params, query: url.searchParams, body });
     if (fault?.kind === 'lost_response') {
-      calls.push({ route: match.route, appId, status: 'dropped', at: state.now() });
+      calls.push({
+        route: match.route,
+        appId,
+        messageId: params.message_id,
+        status: 'dropped',
+        at: state.now(),
+      });
       res.socket?.destroy();
       return;
     }
