@@ -13,6 +13,8 @@ export interface CallLogEntry {
   appId?: string;
   /** Token route: the app_id the token was requested for, granted or refused. */
   requestedAppId?: string;
+  /** The message the call was about (reaction and reply routes). */
+  messageId?: string;
   status: number | 'dropped';
   at: number;
 }
@@ -86,7 +88,10 @@ export async function control(
   if (head === 'calls') {
     if (method === 'DELETE') deps.calls.length = 0;
     const route = query.get('route');
-    const calls = deps.calls.filter((c) => !route || c.route === route);
+    const messageId = query.get('message_id');
+    const calls = deps.calls.filter(
+      (c) => (!route || c.route === route) && (!messageId || c.messageId === messageId),
+    );
     const counts: Record<string, number> = {};
     for (const c of deps.calls) counts[c.route] = (counts[c.route] ?? 0) + 1;
     return json({ counts, calls });

@@ -114,6 +114,7 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         route: match.route,
         appId,
         ...(requestedAppId !== undefined ? { requestedAppId } : {}),
+        messageId: params.message_id,
         status: a.status,
         at: state.now(),
       });
@@ -162,7 +163,14 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         ? tokenRoute(state, body)
         : apiRoute(state, { route: match.route, appId, params, query: url.searchParams, body });
     if (fault?.kind === 'lost_response') {
-      calls.push({ route: match.route, appId, requestedAppId, status: 'dropped', at: state.now() });
+      calls.push({
+        route: match.route,
+        appId,
+        requestedAppId,
+        messageId: params.message_id,
+        status: 'dropped',
+        at: state.now(),
+      });
       res.socket?.destroy();
       return;
     }

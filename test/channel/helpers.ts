@@ -80,18 +80,30 @@ export async function sayAwaitable(
   text: string,
 ): Promise<{ messageId: string; afterAnswer: Promise<void> }> {
   const built = await buildEvent(chat.app, { message: { text, chat_id: chat.chatId, chat_type: 'group' } });
+  const { afterAnswer } = await submitAwaitable(chat.app, built.request);
+  return { messageId: built.message_id!, afterAnswer };
+}
+
+/**
+ * Submits a delivery the emulator built (`buildEvent`) through the Worker's handler, expects
+ * the 200, and returns what the webhook left in `waitUntil` (the wake-up and the Typing Add).
+ */
+export async function submitAwaitable(
+  app: TestApp,
+  request: { headers: Record<string, string>; body: string },
+): Promise<{ afterAnswer: Promise<void> }> {
   const ctx = createExecutionContext();
   const res = await worker.fetch(
-    new Request(`http://test/lark/events/${chat.app.installationId}`, {
+    new Request(`http://test/lark/events/${app.installationId}`, {
       method: 'POST',
-      headers: built.request.headers,
-      body: built.request.body,
+      headers: request.headers,
+      body: request.body,
     }),
     env,
     ctx,
   );
   expect(res.status).toBe(200);
-  return { messageId: built.message_id!, afterAnswer: waitOnExecutionContext(ctx) };
+  return { afterAnswer: waitOnExecutionContext(ctx) };
 }
 
 export const host = (chat: Chat) => actorHostStub(env, chat.sessionId);

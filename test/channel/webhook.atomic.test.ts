@@ -1,22 +1,17 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { testPool, uid } from '../helpers/db';
+import { testPool } from '../helpers/db';
 import { buildEvent, emu, installApp, submit, type TestApp } from '../lark/helpers';
 import { newChat } from './helpers';
 
 /**
  * The webhook records an event in ONE autocommit statement (workers/channel/accept.ts):
  * receipt, input, mailbox message and typing-ledger registration together or not at all.
+ * The quota race through this statement is typing.quota-race.test.ts.
  */
 const pool = testPool(4);
 let app: TestApp;
-let workspaceId: string;
 beforeAll(async () => {
   app = await installApp();
-  const { rows } = await pool.query<{ workspace_id: string }>(
-    'select workspace_id from lark_installations where id = $1',
-    [app.installationId],
-  );
-  workspaceId = rows[0]!.workspace_id;
 }, 60_000);
 afterEach(() => emu('faults', undefined, 'DELETE'));
 afterAll(() => pool.end());
@@ -64,38 +59,6 @@ describe('the webhook statement', { timeout: 40_000 }, () => {
     const again = await submit(app.installationId, built.request);
     expect(again.status).toBe(200);
     expect(await written(messageId)).toEqual({ receipts: 1, inputs: 1, mailbox: 1, ledger: 1 });
-  });
-
-  it('concurrent events racing for the last quota slot: exactly one registers, every input is still recorded', async () => {
-    const fill = uid('f');
-    // Every free slot of the workspace but one (earlier tests here hold some).
-    await pool.query(
-      `insert into channel_typing_reaction (id, workspace_id, installation_id, app_id, session_id,
-         source_message_id, input_position, context_revision, quota_slot, expires_at)
-       select 'fill_' || $1 || s, $2, $3, $4, 'fill', 'om_fill_' || $1 || s, s, 0, s, app_now() + interval '7 days'
-       from (select s from generate_series(1, 1000) s
-              where not exists (select 1 from channel_typing_reaction r
-                                 where r.workspace_id = $2 and r.quota_slot = s)
-              order by s offset 1) free`,
-      [fill, workspaceId, app.installationId, app.appId],
-    );
-    try {
-      const built = await Promise.all(
-        Array.from({ length: 8 }, (_, i) =>
-          buildEvent(app, { message: { text: `race ${i}`, chat_id: newChat(app).chatId } }),
-        ),
-      );
-      const answers = await Promise.all(built.map((b) => submit(app.installationId, b.request)));
-      expect(answers.map((r) => r.status)).toEqual(Array(8).fill(200));
-      const counts = await Promise.all(built.map((b) => written(b.message_id!)));
-      for (const c of counts) expect(c).toMatchObject({ receipts: 1, inputs: 1, mailbox: 1 });
-      expect(counts.reduce((n, c) => n + c.ledger, 0)).toBe(1);
-    } finally {
-      await pool.query(
-        `delete from channel_typing_reaction where session_id = 'fill' and workspace_id = $1`,
-        [workspaceId],
-      );
-    }
   });
 
   it('the mailbox message carries the recorded position and context revision', async () => {

@@ -48,6 +48,29 @@ export async function blockedBehind(pool: Pool, holderPid: number, timeoutMs = 1
   }
 }
 
+/**
+ * Waits until `count` backends are waiting on locks `holderPid` holds (many racers queued
+ * behind one holder); returns their pids. Polls; never sleeps a fixed time.
+ */
+export async function blockedBehindAll(
+  pool: Pool,
+  holderPid: number,
+  count: number,
+  timeoutMs = 10_000,
+): Promise<number[]> {
+  const started = Date.now();
+  for (;;) {
+    const { rows } = await pool.query<{ pid: number }>(
+      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid))',
+      [holderPid],
+    );
+    if (rows.length >= count) return rows.map((r) => r.pid);
+    if (Date.now() - started > timeoutMs)
+      throw new Error(`${rows.length} of ${count} backends blocked behind ${holderPid}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 /** Moves app_now() for every connection to the test database (its test clock: test/setup/test-clock.sql). */
 export async function setDbClockOffset(pool: Pool, offsetMs: number): Promise<void> {
   await pool.query('update app_test_clock set offset_ms = $1', [offsetMs]);
