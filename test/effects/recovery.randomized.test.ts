@@ -161,6 +161,32 @@ it('hundreds of concurrent emit/claim/complete/fail/poll/check/prune operations:
     }),
   );
   expect(unexpected, `seed ${seed}`).toEqual([]);
+
+  // Quiesce: whatever the interleaving left claimed, plus one recovery-bound effect claimed
+  // now, is owned by processes that all went stale; one recovery pass retires it. Claims
+  // refresh their owner's heartbeat, so whether the random phase itself retired anything
+  // depends on how the workers interleaved (under load it sometimes did not); the
+  // invariants below must never be checked over zero retirements.
+  const [last] = instances;
+  const lastRow = await loadInstance(pool, last!);
+  const stage = new EffectStage(last!);
+  handles.push(stage.emit('noop', { quiesce: true }, { recovery: { operation: 'replace' }, maxAttempts: 3 }));
+  await withTx(pool, { budgetMs: 5000 }, (tx) =>
+    commitActor(
+      tx,
+      {
+        instanceId: last!,
+        expectedRevision: lastRow!.revision,
+        state: { n: Number(lastRow!.revision) + 1 },
+        effects: stage.staged,
+      },
+      cfg,
+    ),
+  );
+  while ((await claimEffects(pool, procs[0]!, { limit: 50 })).length > 0);
+  for (const p of procs) await ageHeartbeat(pool, p, 100_000);
+  await runRecoveryPass(pool, cfg);
+
   // No deadlock: withTx would have retried it silently; the harness records every retry.
   expect(
     txRetries().filter((r) => r.sqlstate === '40P01'),
