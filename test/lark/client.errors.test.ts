@@ -3,7 +3,7 @@ import { Deadline } from '../../workers/clock';
 import { LarkClient } from '../../workers/lark/client';
 import { LarkApiError } from '../../workers/lark/errors';
 import { clearTokenCache } from '../../workers/lark/token-cache';
-import { emu, installApp, larkBase } from './helpers';
+import { emu, installApp, larkBase, larkFailure } from './helpers';
 
 const call = () => ({ deadline: new Deadline(5000) });
 
@@ -12,15 +12,6 @@ async function client() {
   const lark = new LarkClient({ baseUrl: larkBase(), appId: app.appId, appSecret: app.appSecret });
   const message = await emu<{ message_id: string }>('messages', { text: 'hello' });
   return { app, lark, messageId: message.message_id };
-}
-
-async function failure(p: Promise<unknown>): Promise<LarkApiError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(LarkApiError);
-  return err as LarkApiError;
 }
 
 afterEach(async () => {
@@ -51,34 +42,36 @@ describe('LarkClient against the emulator', () => {
     const { lark, messageId } = await client();
     const r = await lark.createReaction(messageId, 'Typing', call());
     await lark.deleteReaction(messageId, r.reaction_id, call());
-    const again = await failure(lark.deleteReaction(messageId, r.reaction_id, call()));
+    const again = await larkFailure(lark.deleteReaction(messageId, r.reaction_id, call()));
     expect([again.kind, again.code, again.httpStatus]).toEqual(['already_gone', 231011, 400]);
     await emu(`messages/${messageId}/recall`, {});
-    const recalled = await failure(lark.createReaction(messageId, 'Typing', call()));
+    const recalled = await larkFailure(lark.createReaction(messageId, 'Typing', call()));
     expect([recalled.kind, recalled.code]).toEqual(['already_gone', 231003]);
   });
 
   it('classifies permanent: unknown emoji 231001, someone else’s reaction 231007', async () => {
     const { lark, messageId } = await client();
-    const bad = await failure(lark.createReaction(messageId, 'PROCESSING', call()));
+    const bad = await larkFailure(lark.createReaction(messageId, 'PROCESSING', call()));
     expect([bad.kind, bad.code]).toEqual(['permanent', 231001]);
     const human = await emu<{ reaction_id: string }>(`messages/${messageId}/reactions`, {
       emoji_type: 'Typing',
       user_open_id: 'ou_human',
     });
-    const notMine = await failure(lark.deleteReaction(messageId, human.reaction_id, call()));
+    const notMine = await larkFailure(lark.deleteReaction(messageId, human.reaction_id, call()));
     expect([notMine.kind, notMine.code]).toEqual(['permanent', 231007]);
     const otherApp = await emu<{ reaction_id: string }>(`messages/${messageId}/reactions`, {
       emoji_type: 'Typing',
       app_id: 'cli_other',
     });
-    expect((await failure(lark.deleteReaction(messageId, otherApp.reaction_id, call()))).code).toBe(231007);
+    expect((await larkFailure(lark.deleteReaction(messageId, otherApp.reaction_id, call()))).code).toBe(
+      231007,
+    );
   });
 
   it('classifies retryable: 429 with x-ogw-ratelimit-reset, 5xx, lost response, timeout', async () => {
     const { lark, messageId } = await client();
     await emu('faults', { route: 'reactions.create', kind: '429', resetSeconds: 7 });
-    const limited = await failure(lark.createReaction(messageId, 'Typing', call()));
+    const limited = await larkFailure(lark.createReaction(messageId, 'Typing', call()));
     expect([limited.kind, limited.code, limited.httpStatus, limited.retryAfterSeconds]).toEqual([
       'retryable',
       99991400,
@@ -86,10 +79,10 @@ describe('LarkClient against the emulator', () => {
       7,
     ]);
     await emu('faults', { route: 'reactions.create', kind: '5xx', status: 503 });
-    const down = await failure(lark.createReaction(messageId, 'Typing', call()));
+    const down = await larkFailure(lark.createReaction(messageId, 'Typing', call()));
     expect([down.kind, down.httpStatus]).toEqual(['retryable', 503]);
     await emu('faults', { route: 'reactions.create', kind: 'lost_response' });
-    expect((await failure(lark.createReaction(messageId, 'Typing', call()))).kind).toBe('retryable');
+    expect((await larkFailure(lark.createReaction(messageId, 'Typing', call()))).kind).toBe('retryable');
     // The lost create was applied: the reaction exists.
     const seen = await emu<{ items: unknown[] }>(`messages/${messageId}/reactions`);
     expect(seen.items).toHaveLength(1);
@@ -97,7 +90,7 @@ describe('LarkClient against the emulator', () => {
     // call. The timer the client arms is observed, not timed: it must be the caller's 300 ms.
     await emu('faults', { route: 'reactions.list', kind: 'hold' });
     const timers = vi.spyOn(AbortSignal, 'timeout');
-    const slow = await failure(lark.listReactions(messageId, {}, { deadline: new Deadline(300) }));
+    const slow = await larkFailure(lark.listReactions(messageId, {}, { deadline: new Deadline(300) }));
     const armed = timers.mock.calls.map(([ms]) => ms);
     timers.mockRestore();
     expect([slow.kind, slow.code]).toEqual(['retryable', 0]);
@@ -129,7 +122,7 @@ describe('LarkClient against the emulator', () => {
   it('gives up after one refresh when the token keeps failing (retryable, code 99991663)', async () => {
     const { lark, messageId } = await client();
     await emu('faults', { route: 'reactions.create', kind: 'expired_token', times: 2 });
-    const err = await failure(lark.createReaction(messageId, 'Typing', call()));
+    const err = await larkFailure(lark.createReaction(messageId, 'Typing', call()));
     expect([err.kind, err.code]).toEqual(['retryable', 99991663]);
   });
 
@@ -161,7 +154,7 @@ describe('LarkClient against the emulator', () => {
       content: JSON.stringify({ text: 'pong' }),
       uuid: `effect-${crypto.randomUUID()}`.slice(0, 50),
     };
-    expect((await failure(lark.replyMessage(messageId, input, call()))).kind).toBe('retryable');
+    expect((await larkFailure(lark.replyMessage(messageId, input, call()))).kind).toBe('retryable');
     const sent = await lark.replyMessage(messageId, input, call());
     const replies = await emu<{ items: { message_id: string }[] }>(`messages/${messageId}/replies`);
     expect(replies.items.map((m) => m.message_id)).toEqual([sent.message_id]);
@@ -170,7 +163,7 @@ describe('LarkClient against the emulator', () => {
   it('a wrong app secret is permanent (10015) and an unknown path a plain-text 404', async () => {
     const app = await installApp();
     const bad = new LarkClient({ baseUrl: larkBase(), appId: app.appId, appSecret: 'wrong' });
-    const err = await failure(bad.tenantToken(call()));
+    const err = await larkFailure(bad.tenantToken(call()));
     expect([err.kind, err.code]).toEqual(['permanent', 10015]);
     const res = await fetch(`${larkBase()}/open-apis/nothing/here`);
     expect(res.status).toBe(404);

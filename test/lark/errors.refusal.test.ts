@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Deadline } from '../../workers/clock';
 import { LarkClient } from '../../workers/lark/client';
 import { LarkApiError, provesNothingApplied } from '../../workers/lark/errors';
-import { emu, installApp, larkBase } from './helpers';
+import { emu, installApp, larkBase, larkFailure } from './helpers';
 
 /**
  * The one decision "does this failed call prove Lark applied nothing?" (workers/lark/errors.ts).
@@ -10,15 +10,6 @@ import { emu, installApp, larkBase } from './helpers';
  * (231015, a Lark-JSON 5xx, an unreadable 2xx) are built as the client would build them.
  */
 const call = () => ({ deadline: new Deadline(5000) });
-
-async function failureOf(p: Promise<unknown>): Promise<LarkApiError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(LarkApiError);
-  return err as LarkApiError;
-}
 
 afterEach(async () => {
   await emu('faults', undefined, 'DELETE');
@@ -30,12 +21,12 @@ describe('provesNothingApplied', () => {
     const lark = new LarkClient({ baseUrl: larkBase(), appId: app.appId, appSecret: app.appSecret });
     const { message_id: messageId } = await emu<{ message_id: string }>('messages', { text: 'hi' });
     await emu('faults', { route: 'reactions.create', kind: '429', resetSeconds: 3 });
-    const limited = await failureOf(lark.createReaction(messageId, 'Typing', call()));
-    const refused = await failureOf(lark.createReaction(messageId, 'PROCESSING', call()));
+    const limited = await larkFailure(lark.createReaction(messageId, 'Typing', call()));
+    const refused = await larkFailure(lark.createReaction(messageId, 'PROCESSING', call()));
     await emu('faults', { route: 'reactions.create', kind: 'expired_token', times: 2 });
-    const token = await failureOf(lark.createReaction(messageId, 'Typing', call()));
+    const token = await larkFailure(lark.createReaction(messageId, 'Typing', call()));
     const nowhere = new LarkClient({ baseUrl: `${larkBase()}/nowhere`, appId: app.appId, appSecret: 'x' });
-    const unknownPath = await failureOf(nowhere.createReaction(messageId, 'Typing', call()));
+    const unknownPath = await larkFailure(nowhere.createReaction(messageId, 'Typing', call()));
     expect(
       [limited, refused, token, unknownPath].map((e) => [e.code, e.httpStatus, provesNothingApplied(e)]),
     ).toEqual([
@@ -55,11 +46,11 @@ describe('provesNothingApplied', () => {
     const lark = new LarkClient({ baseUrl: larkBase(), appId: app.appId, appSecret: app.appSecret });
     const { message_id: messageId } = await emu<{ message_id: string }>('messages', { text: 'hi' });
     await emu('faults', { route: 'reactions.create', kind: '5xx', status: 502 });
-    const down = await failureOf(lark.createReaction(messageId, 'Typing', call()));
+    const down = await larkFailure(lark.createReaction(messageId, 'Typing', call()));
     await emu('faults', { route: 'reactions.create', kind: 'lost_response' });
-    const lost = await failureOf(lark.createReaction(messageId, 'Typing', call()));
+    const lost = await larkFailure(lark.createReaction(messageId, 'Typing', call()));
     await emu('faults', { route: 'reactions.create', kind: 'hold' });
-    const timedOut = await failureOf(
+    const timedOut = await larkFailure(
       lark.createReaction(messageId, 'Typing', { deadline: new Deadline(200) }),
     );
     const built = [

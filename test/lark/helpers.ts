@@ -1,6 +1,8 @@
 import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
+import { expect } from 'vitest';
 import worker from '../../workers/index';
+import { LarkApiError } from '../../workers/lark/errors';
 import { uid } from '../helpers/db';
 
 export const larkBase = () => env.LARK_API_BASE!;
@@ -117,4 +119,14 @@ export function submit(installationId: string, request: { headers: Record<string
     headers: request.headers,
     body: request.body,
   });
+}
+
+/** The LarkApiError a call rejects with (fails the test when it resolves or throws anything else). */
+export async function larkFailure(p: Promise<unknown>): Promise<LarkApiError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(LarkApiError);
+  return err as LarkApiError;
 }

@@ -1,14 +1,14 @@
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { deleteInstallation, type Installation } from '../../workers/installations/store';
-import { addTypingBadge, type Registration } from '../../workers/typing-ledger';
+import { addTypingBadge } from '../../workers/typing-ledger';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { holdRows } from '../effects/row-locks';
 import { advanceDbClock, blockedBehind, setDbClockOffset, testPool, uid } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
 import { emu, releaseHeld, untilHeld } from '../lark/helpers';
 import { quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
-import { keys, makeInstallation, newMessage, register, row, typingOf } from './helpers';
+import { keys, makeInstallation, newMessage, register, registeredId, row, typingOf } from './helpers';
 
 /**
  * Issue 14 item 3: a successful Add whose recording fails is withdrawn at once with the
@@ -41,11 +41,6 @@ async function install(): Promise<Installation> {
   track(inst.workspaceId);
   return inst;
 }
-
-const registeredId = (r: Registration) => {
-  if (r.kind !== 'registered') throw new Error(`not registered: ${r.reason}`);
-  return r.id;
-};
 
 const dueInSeconds = async (id: string) => {
   const { rows } = await pool.query<{ s: number | null }>(

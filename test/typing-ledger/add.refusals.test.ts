@@ -5,7 +5,7 @@ import { addTypingBadge, QUOTA_SLOTS, type Registration } from '../../workers/ty
 import { testPool, uid } from '../helpers/db';
 import { emu } from '../lark/helpers';
 import { callCounts, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
-import { makeInstallation, newMessage, register, row, typingOf } from './helpers';
+import { makeInstallation, newMessage, register, registeredId, row, typingOf } from './helpers';
 
 /**
  * Issue 14 item 1: an Add that Lark definitely refused frees its quota slot at once; an
@@ -41,11 +41,6 @@ async function fillSlots(inst: Installation, n: number) {
     [uid('f'), inst.workspaceId, inst.id, inst.appId, n],
   );
 }
-
-const registeredId = (r: Registration) => {
-  if (r.kind !== 'registered') throw new Error(`not registered: ${r.reason}`);
-  return r.id;
-};
 
 describe('a definite refusal frees its slot', () => {
   it('a burst of rate-limited Adds (429, 99991400) consumes no slots: each row is closed as refused and a new registration gets a slot', async () => {

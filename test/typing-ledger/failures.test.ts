@@ -1,13 +1,13 @@
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { addTypingBadge, type Registration, withdrawAfterCommit } from '../../workers/typing-ledger';
+import { addTypingBadge, withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { newRowId, sealSnapshot } from '../../workers/typing-ledger/snapshot';
 import { testPool, uid } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
 import { emu } from '../lark/helpers';
 import { liveRows, trackWorkspaces } from '../typing-maintenance/helpers';
-import { keys, makeInstallation, newMessage, register, row, typingOf } from './helpers';
+import { keys, makeInstallation, newMessage, register, registeredId, row, typingOf } from './helpers';
 
 /**
  * Failures that are not Lark's (a bug, our database) must surface as errors, never be
@@ -39,11 +39,6 @@ async function install() {
   track(inst.workspaceId);
   return inst;
 }
-
-const registeredId = (r: Registration) => {
-  if (r.kind !== 'registered') throw new Error(`not registered: ${r.reason}`);
-  return r.id;
-};
 
 describe('errors that are not Lark failures', () => {
   it('the retry pass counts a TypeError in the Lark call path as an error (logged), not a permanent failure', async () => {

@@ -87,3 +87,9 @@ export async function advanceClocks(pool: Pool, ms: number): Promise<void> {
   await advanceDbClock(pool, ms);
   await emu('clock', { advanceMs: ms });
 }
+
+/** The row id of a registration that must have registered (fails the test otherwise). */
+export function registeredId(r: Registration): string {
+  if (r.kind !== 'registered') throw new Error(`not registered: ${r.reason}`);
+  return r.id;
+}

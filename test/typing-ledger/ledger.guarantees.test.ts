@@ -22,6 +22,7 @@ import {
   newMessage,
   reactionsOn,
   register,
+  registeredId,
   row,
   typingOf,
 } from './helpers';
@@ -58,11 +59,6 @@ function settle(sessionId: string, cutoff: number, opts: { revision?: number } =
     }),
   );
 }
-
-const registeredId = (r: Registration) => {
-  if (r.kind !== 'registered') throw new Error(`not registered: ${r.reason}`);
-  return r.id;
-};
 
 describe('register before Add', () => {
   it('a registration that rolls back leaves no row, so no Add can be sent', async () => {

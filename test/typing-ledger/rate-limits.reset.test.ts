@@ -5,18 +5,22 @@ import { afterTurnSettled, type TurnSettlement } from '../../workers/channel/typ
 import { withTx } from '../../workers/db/tx';
 import { loadConfig } from '../../workers/env';
 import type { Installation } from '../../workers/installations/store';
-import {
-  addTypingBadge,
-  type Registration,
-  settleTurnInputs,
-  withdrawAfterCommit,
-} from '../../workers/typing-ledger';
+import { addTypingBadge, settleTurnInputs, withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runPruning } from '../../workers/typing-ledger/passes/prune';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { setDbClockOffset, testPool, uid } from '../helpers/db';
 import { emu } from '../lark/helpers';
 import { liveRows, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
-import { advanceClocks, keys, makeInstallation, newMessage, register, row, typingOf } from './helpers';
+import {
+  advanceClocks,
+  keys,
+  makeInstallation,
+  newMessage,
+  register,
+  registeredId,
+  row,
+  typingOf,
+} from './helpers';
 
 /**
  * Issue 14 item 2: after a 429 with `x-ogw-ratelimit-reset`, no call to that app's route
@@ -65,11 +69,6 @@ async function install(): Promise<Installation> {
   track(inst.workspaceId);
   return inst;
 }
-
-const registeredId = (r: Registration) => {
-  if (r.kind !== 'registered') throw new Error(`not registered: ${r.reason}`);
-  return r.id;
-};
 
 function settle(sessionId: string, cutoff: number) {
   return withTx(pool, { budgetMs: 3000 }, (tx) =>
