@@ -100,7 +100,9 @@ export class ReactionClient {
   /**
    * Records a new explicit choice: a new operation ID, journaled before any request. Older
    * unfinished choices for the same (message, emoji) are marked replaced, and replay retires
-   * them through the contract before this one is written.
+   * them through the contract before this one is written. "Older" is by `seq`, reserved in
+   * call order when the choice is journaled, never by which journaling finishes first: two
+   * quick choices can only ever replace in one direction, so the newest one is sent.
    */
   async choose(intent: Intent): Promise<JournalEntry> {
     const actorId = this.session?.actorId;
@@ -125,10 +127,13 @@ export class ReactionClient {
       terminal: null,
     };
     await this.journal.save(entry);
-    for (const older of await this.journal.list(actorId)) {
-      if (older === entry || older.terminal || older.supersededBy) continue;
-      if (older.intent.messageId !== canonical.messageId || older.intent.emoji !== canonical.emoji) continue;
-      older.supersededBy = entry.operationId;
+    for (const other of await this.journal.list(actorId)) {
+      if (other === entry) continue;
+      if (other.intent.messageId !== canonical.messageId || other.intent.emoji !== canonical.emoji) continue;
+      // A choice made after this one journaled first: this one is the older, never sent as is.
+      const [older, newer] = other.seq > entry.seq ? [entry, other] : [other, entry];
+      if (older.terminal || older.supersededBy) continue;
+      older.supersededBy = newer.operationId;
       older.nextAttemptAt = now;
       await this.journal.save(older);
       this.emit(older);
