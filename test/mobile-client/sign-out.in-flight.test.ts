@@ -14,6 +14,19 @@ afterAll(() => pool.end());
  * go on, and counts what reached the Worker afterwards. The journal is kept: signing the
  * same actor back in finishes the choice once.
  */
+/**
+ * Whether `p` settles while the request stays held. The deadline is only a failure bound: a
+ * sign-out that works resolves at once (nothing but microtasks), one that waits on the held
+ * request never does.
+ */
+function settlesWhileHeld(p: Promise<unknown>): Promise<'resolved' | 'still waiting on the held request'> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const bound = new Promise<'still waiting on the held request'>((r) => {
+    timer = setTimeout(() => r('still waiting on the held request'), 2000);
+  });
+  return Promise.race([p.then(() => 'resolved' as const), bound]).finally(() => clearTimeout(timer));
+}
+
 async function world() {
   const w = await seedWorld();
   return { actorId: w.actors[0]!, token: w.tokens[0]!, messageId: w.messages[0]! };
@@ -28,7 +41,7 @@ describe('signOut() stops the step in flight', () => {
     const entry = await d.client.choose({ messageId, emoji: '👍', desired: 'present' });
     const pass = d.client.sync();
     await held.reached;
-    await d.client.signOut();
+    expect(await settlesWhileHeld(d.client.signOut())).toBe('resolved');
     const servedAtSignOut = d.network.served.length;
     held.release();
     await pass;
@@ -53,7 +66,7 @@ describe('signOut() stops the step in flight', () => {
     const entry = await d.client.choose({ messageId, emoji: '🔥', desired: 'present' });
     const pass = d.client.sync();
     await held.reached; // the ticket exists on the server
-    await d.client.signOut();
+    expect(await settlesWhileHeld(d.client.signOut())).toBe('resolved');
     const servedAtSignOut = d.network.served.length;
     held.release();
     await pass;
