@@ -73,7 +73,12 @@ export class Transport {
     );
   }
 
-  retire(token: string, operationId: string, ticket: string, stop?: AbortSignal): Promise<ApiResult<RetireResult>> {
+  retire(
+    token: string,
+    operationId: string,
+    ticket: string,
+    stop?: AbortSignal,
+  ): Promise<ApiResult<RetireResult>> {
     return this.call(
       'POST',
       `/v1/reaction-operations/${encodeURIComponent(operationId)}/retire`,
@@ -148,7 +153,10 @@ export class Transport {
    * session's sign-out) fires, even if `fetch` ignores the signal. `stop` is checked right
    * before `fetch` is called, with no await in between: once it has fired, no request starts.
    */
-  private withTimeout<R>(stop: AbortSignal | undefined, run: (signal: AbortSignal) => Promise<R>): Promise<R> {
+  private withTimeout<R>(
+    stop: AbortSignal | undefined,
+    run: (signal: AbortSignal) => Promise<R>,
+  ): Promise<R> {
     if (stop?.aborted) return Promise.reject(new StoppedError('signed out'));
     const controller = new AbortController();
     return new Promise<R>((resolve, reject) => {
