@@ -78,6 +78,18 @@ export const ConfigSchema = z.object({
   DO_ALARMS: z.enum(['auto', 'manual']).default('auto'),
 });
 
+/**
+ * Rules between variables. With ACTOR_JWKS_URL, ACTOR_JWT_ISSUER and ACTOR_JWT_AUDIENCE are
+ * required: a key set verifies every token its provider signs, so without both claims a
+ * token the provider minted for another service would be accepted here.
+ */
+const CheckedConfigSchema = ConfigSchema.superRefine((config, ctx) => {
+  if (!config.ACTOR_JWKS_URL) return;
+  for (const variable of ['ACTOR_JWT_ISSUER', 'ACTOR_JWT_AUDIENCE'] as const)
+    if (!config[variable])
+      ctx.addIssue({ code: 'custom', path: [variable], message: 'required when ACTOR_JWKS_URL is set' });
+});
+
 export type Config = z.infer<typeof ConfigSchema>;
 
 const cache = new WeakMap<object, Config>();
@@ -89,7 +101,7 @@ const cache = new WeakMap<object, Config>();
 export function loadConfig(env: Env): Config {
   const hit = cache.get(env);
   if (hit) return hit;
-  const parsed = ConfigSchema.safeParse(env);
+  const parsed = CheckedConfigSchema.safeParse(env);
   if (!parsed.success) {
     const variable = String(parsed.error.issues[0]?.path[0] ?? 'unknown');
     log.error('bad_environment', { variable, problem: parsed.error.issues[0]?.message });

@@ -91,9 +91,9 @@ await settle(client, 'the newer choice wins; the older one was replaced:');
 console.log('\n3. sign out with a queued choice, sign back in: it is reconciled, not dropped');
 offline = true;
 await client.choose({ messageId, emoji: '🎉', desired: 'present' });
-client.signOut();
+await client.signOut();
 offline = false;
 await client.signIn({ actorId, token: await token() });
 await settle(client, 'after sign-in:');
 
-client.signOut();
+await client.signOut();

@@ -21,7 +21,10 @@ export type Fault =
 export class Network {
   offline = false;
   readonly log: string[] = [];
+  /** Requests that reached the Worker (`log` also has those that met a fault first). */
+  readonly served: string[] = [];
   private faults: { method: string; path: RegExp; fault: Fault; reached: () => void }[] = [];
+  private holds: { method: string; path: RegExp; at: 'before-server' | 'after-server'; hold: Hold }[] = [];
 
   /** `bindings` override the Worker's env (e.g. tighter quotas), as production would run it. */
   constructor(private readonly bindings?: Record<string, unknown>) {}
@@ -33,6 +36,18 @@ export class Network {
    */
   fault(method: string, path: RegExp, fault: Fault): Promise<void> {
     return new Promise((reached) => this.faults.push({ method, path, fault, reached }));
+  }
+
+  /**
+   * Parks the next matching request until the test calls `release()`: before the server
+   * (nothing reached it yet) or after it (the server answered; the answer is held). Like a
+   * real fetch, a request whose signal was aborted while parked rejects with AbortError on
+   * release instead of going on, so an abort the client sends is what decides.
+   */
+  hold(method: string, path: RegExp, at: 'before-server' | 'after-server' = 'before-server'): Hold {
+    const hold = newHold();
+    this.holds.push({ method, path, at, hold });
+    return hold;
   }
 
   clearFaults(): void {
@@ -48,6 +63,9 @@ export class Network {
     const path = new URL(input).pathname;
     if (this.offline) throw new TypeError('Network request failed (offline)');
     this.log.push(`${method} ${path}`);
+    const h = this.holds.findIndex((x) => x.method === method && x.path.test(path));
+    const held = h >= 0 ? this.holds.splice(h, 1)[0]! : null;
+    if (held) return this.parked(held.hold, held.at, input, init);
     const i = this.faults.findIndex((f) => f.method === method && f.path.test(path));
     const armed = i >= 0 ? this.faults.splice(i, 1)[0]! : null;
     switch (armed?.fault) {
@@ -70,7 +88,27 @@ export class Network {
     return new Promise<Response>(() => undefined); // hang-after-server
   };
 
+  private async parked(
+    hold: Hold,
+    at: 'before-server' | 'after-server',
+    input: string,
+    init: RequestInit,
+  ): Promise<Response> {
+    const { signal, ...rest } = init;
+    const abortedError = () => new DOMException('The operation was aborted', 'AbortError');
+    let res: Response | null = null;
+    if (at === 'after-server') {
+      res = await this.server(input, rest);
+      await res.clone().text(); // the server finished the request
+    }
+    hold.markReached();
+    await hold.released;
+    if (signal?.aborted) throw abortedError();
+    return res ?? this.server(input, rest);
+  }
+
   private async server(input: string, init: RequestInit): Promise<Response> {
+    this.served.push(`${init.method ?? 'GET'} ${new URL(input).pathname}`);
     if (!this.bindings) return exports.default.fetch(input, init);
     const ctx = createExecutionContext();
     const res = await worker.fetch(new Request(input, init), { ...env, ...this.bindings }, ctx);
@@ -78,6 +116,29 @@ export class Network {
     await waitOnExecutionContext(ctx);
     return new Response(body, { status: res.status, headers: res.headers });
   }
+}
+
+/** A parked request or write: `reached` once it is parked, `release()` lets it go on. */
+export interface Hold {
+  reached: Promise<void>;
+  release(): void;
+  released: Promise<void>;
+  markReached(): void;
+}
+
+function newHold(): Hold {
+  let reached!: () => void;
+  let release!: () => void;
+  return {
+    reached: new Promise<void>((r) => {
+      reached = r;
+    }),
+    release: () => release(),
+    released: new Promise<void>((r) => {
+      release = r;
+    }),
+    markReached: () => reached(),
+  };
 }
 
 export const WRITE = /^\/v1\/reaction-operations\/[^/]+$/;
@@ -119,4 +180,28 @@ export async function serverRows(pool: Pool, actorId: string) {
     [actorId],
   );
   return rows[0] as { tickets: number; receipts: number; fences: number };
+}
+
+/**
+ * A device disk whose next matching write can be held: the value is stored at once (writes
+ * land in the order they were made, as AsyncStorage and SQLite do) but the promise resolves
+ * only on `release()`. Lets a test choose which journaling step finishes first.
+ */
+export class HeldStore extends MemoryStore {
+  private holds: { match: (key: string, value: string) => boolean; hold: Hold }[] = [];
+
+  holdWrite(match: (key: string, value: string) => boolean): Hold {
+    const hold = newHold();
+    this.holds.push({ match, hold });
+    return hold;
+  }
+
+  override async setItem(key: string, value: string): Promise<void> {
+    await super.setItem(key, value);
+    const i = this.holds.findIndex((h) => h.match(key, value));
+    if (i < 0) return;
+    const { hold } = this.holds.splice(i, 1)[0]!;
+    hold.markReached();
+    await hold.released;
+  }
 }

@@ -1,7 +1,15 @@
+import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { verifyActorToken } from '../../workers/auth/actor-jwt';
 import { signActorToken } from '../../workers/auth/sign';
+import { type Env, loadConfig } from '../../workers/env';
+import type { AppError } from '../../workers/errors';
+import worker from '../../workers/index';
+import { type JwksMode, startJwksServer } from '../helpers/jwks';
+import { captureLogLines } from '../helpers/logs';
+import { call, seedWorld, tokenFor } from './helpers';
 
 const SECRET = 'a-test-secret-that-is-long-enough-0123456789';
 afterEach(() => vi.restoreAllMocks());
@@ -47,10 +55,12 @@ describe('actor JWT verification', () => {
       new SignJWT({})
         .setProtectedHeader({ alg: 'ES256', kid })
         .setSubject('actor_jwks')
+        .setIssuer('chat')
+        .setAudience('reactions')
         .setIssuedAt()
         .setExpirationTime('5m')
         .sign(key);
-    const config = { ACTOR_JWKS_URL: url };
+    const config = { ACTOR_JWKS_URL: url, ACTOR_JWT_ISSUER: 'chat', ACTOR_JWT_AUDIENCE: 'reactions' };
     expect(await verifyActorToken(config, await sign(privateKey, 'k1'))).toMatchObject({
       actorId: 'actor_jwks',
     });
@@ -64,5 +74,121 @@ describe('actor JWT verification', () => {
 
   it('with neither a secret nor a JWKS configured, authentication is unavailable (503), not open', async () => {
     expect(await code(verifyActorToken({}, await signActorToken(SECRET, 'a')))).toBe('service_unavailable');
+  });
+});
+
+describe('actor JWT edges', () => {
+  const now = () => Math.floor(Date.now() / 1000);
+
+  it('a token issued in the future beyond the clock skew is refused with 401 unauthorized (HS256 and JWKS)', async () => {
+    const config = { ACTOR_JWT_SECRET: SECRET };
+    const ahead = await signActorToken(SECRET, 'actor_future', { issuedAt: now() + 600 });
+    expect(await code(verifyActorToken(config, ahead))).toBe('unauthorized');
+    // Within the allowed skew (the issuer's clock a little ahead) it is accepted.
+    const slightly = await signActorToken(SECRET, 'actor_future', { issuedAt: now() + 3 });
+    expect(await code(verifyActorToken(config, slightly))).toBe('ok');
+
+    const keys = await startJwksServer();
+    const future = await keys.sign('actor_future', { issuedAt: now() + 600 });
+    expect(await code(verifyActorToken(keys.bindings, future))).toBe('unauthorized');
+    expect(await code(verifyActorToken(keys.bindings, await keys.sign('actor_future')))).toBe('ok');
+
+    // Through the Worker: the one 401 shape, nothing about which check failed.
+    const w = await seedWorld();
+    const res = await call('GET', `/v1/messages/${w.messages[0]}/reactions`, {
+      token: await tokenFor(w.actors[0]!, { issuedAt: now() + 600 }),
+    });
+    expect(res.status).toBe(401);
+    expect(res.body.error.code).toBe('unauthorized');
+    expect(res.headers.get('www-authenticate')).toBe('Bearer');
+  });
+
+  it('with ACTOR_JWKS_URL, issuer and audience are required: the configuration is refused as bad_environment', async () => {
+    const jwksOnly = {
+      ...env,
+      ACTOR_JWT_SECRET: undefined,
+      ACTOR_JWKS_URL: 'https://id.example.test/jwks.json',
+    };
+    const refusal = (e: Record<string, unknown>) => {
+      try {
+        loadConfig(e as unknown as Env);
+        return 'accepted';
+      } catch (err) {
+        return `${(err as AppError).code}: ${(err as AppError).message}`;
+      }
+    };
+    expect(refusal(jwksOnly)).toMatch(/^bad_environment: .*ACTOR_JWT_ISSUER/);
+    expect(refusal({ ...jwksOnly, ACTOR_JWT_ISSUER: 'chat' })).toMatch(
+      /^bad_environment: .*ACTOR_JWT_AUDIENCE/,
+    );
+    expect(refusal({ ...jwksOnly, ACTOR_JWT_AUDIENCE: 'reactions' })).toMatch(/ACTOR_JWT_ISSUER/);
+    // Also when a secret is set too: the key set must never be the weaker configuration.
+    expect(refusal({ ...jwksOnly, ACTOR_JWT_SECRET: SECRET })).toMatch(/ACTOR_JWT_ISSUER/);
+    expect(refusal({ ...jwksOnly, ACTOR_JWT_ISSUER: 'chat', ACTOR_JWT_AUDIENCE: 'reactions' })).toBe(
+      'accepted',
+    );
+
+    // The Worker refuses every request with that environment (as for any bad variable).
+    const ctx = createExecutionContext();
+    const res = await worker.fetch(new Request('http://test/healthz'), jwksOnly as unknown as Env, ctx);
+    await waitOnExecutionContext(ctx);
+    expect(res.status).toBe(500);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('bad_environment');
+    // And the verifier alone refuses such a configuration rather than skip the claim checks.
+    const keys = await startJwksServer();
+    expect(await code(verifyActorToken({ ACTOR_JWKS_URL: keys.url }, await keys.sign('actor_jwks')))).toBe(
+      'bad_environment',
+    );
+  });
+
+  describe('a key-set fetch failure is 503 service_unavailable with Retry-After, never a 401', () => {
+    const failures: [string, JwksMode | 'refused'][] = [
+      ['the endpoint answers 503', 'http-503'],
+      ['the endpoint answers something that is not a key set', 'garbage'],
+      ['the fetch times out', 'timeout'],
+      // A real refused connection: nothing listens on port 9 of this host.
+      ['the connection is refused', 'refused'],
+    ];
+    for (const [name, failure] of failures) {
+      it(`${name}: 503 + Retry-After, logged once; the same token is accepted when the key set is back`, async () => {
+        const w = await seedWorld();
+        const keys = await startJwksServer();
+        const bindings =
+          failure === 'refused'
+            ? { ...keys.bindings, ACTOR_JWKS_URL: 'http://127.0.0.1:9/jwks.json' }
+            : keys.bindings;
+        if (failure !== 'refused') keys.state.mode = failure;
+        const token = await keys.sign(w.actors[0]!);
+        const logs = captureLogLines();
+        const res = await call('GET', `/v1/messages/${w.messages[0]}/reactions`, { token, env: bindings });
+        logs.restore();
+        expect(res.status).toBe(503);
+        expect(res.body.error.code).toBe('service_unavailable');
+        expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+        expect(res.headers.get('www-authenticate')).toBeNull();
+        expect(logs.events('actor_jwks_unavailable')).toHaveLength(1);
+
+        keys.state.mode = 'up';
+        const back = await call('GET', `/v1/messages/${w.messages[0]}/reactions`, {
+          token,
+          env: keys.bindings,
+        });
+        expect(back.status).toBe(200);
+      });
+    }
+
+    it('a token whose key is not in a reachable key set is still 401', async () => {
+      const keys = await startJwksServer();
+      const other = await generateKeyPair('ES256');
+      const token = await new SignJWT({})
+        .setProtectedHeader({ alg: 'ES256', kid: 'not-in-the-set' })
+        .setSubject('actor_jwks')
+        .setIssuer(keys.bindings.ACTOR_JWT_ISSUER)
+        .setAudience(keys.bindings.ACTOR_JWT_AUDIENCE)
+        .setIssuedAt()
+        .setExpirationTime('5m')
+        .sign(other.privateKey);
+      expect(await code(verifyActorToken(keys.bindings, token))).toBe('unauthorized');
+    });
   });
 });

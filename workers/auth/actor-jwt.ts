@@ -3,12 +3,16 @@ import { createRemoteJWKSet, type JWTVerifyGetKey, errors as joseErrors, jwtVeri
 import type { AppEnv } from '../context';
 import type { Config } from '../env';
 import { AppError } from '../errors';
+import { log } from '../log';
 
 /**
  * Actor authentication: `Authorization: Bearer <JWT>` verified in the Worker, either HS256
  * with ACTOR_JWT_SECRET or asymmetric keys from ACTOR_JWKS_URL (secret wins when both are
- * set). `sub` is the actor ID; `iat` is kept so sign-out can refuse older tokens. Every
- * failure is the same 401, so a probe learns nothing about which check failed.
+ * set; a key set always comes with a required issuer and audience, see env.ts). `sub` is the
+ * actor ID; `iat` is kept so sign-out can refuse older tokens, which is why a token issued
+ * in the future is refused: it would outlive any sign-out. Every failure of the token is the
+ * same 401, so a probe learns nothing about which check failed. A failure to get the key set
+ * is not the token's: 503 with Retry-After, so the app retries instead of signing out.
  */
 export interface ActorIdentity {
   actorId: string;
@@ -18,6 +22,10 @@ export interface ActorIdentity {
 export type ActorEnv = AppEnv & { Variables: AppEnv['Variables'] & { actor: ActorIdentity } };
 
 const JWKS_TIMEOUT_MS = 3000;
+/** Allowed difference between the issuer's clock and ours, for `exp`, `nbf` and `iat`. */
+export const CLOCK_SKEW_SECONDS = 5;
+/** What a 503 for an unreachable key set tells the app to wait (jose retries on the next request). */
+const JWKS_RETRY_AFTER_SECONDS = 5;
 const ASYMMETRIC = ['RS256', 'PS256', 'ES256', 'EdDSA'];
 // Key sets hold only fetched public keys; jose refetches on an unknown `kid` after a cooldown.
 const jwksCache = new Map<string, JWTVerifyGetKey>();
@@ -33,7 +41,7 @@ export async function verifyActorToken(config: AuthConfig, token: string): Promi
     issuer: config.ACTOR_JWT_ISSUER,
     audience: config.ACTOR_JWT_AUDIENCE,
     requiredClaims: ['sub', 'exp'],
-    clockTolerance: 5,
+    clockTolerance: CLOCK_SKEW_SECONDS,
   };
   try {
     let payload: { sub?: string; iat?: number };
@@ -45,27 +53,69 @@ export async function verifyActorToken(config: AuthConfig, token: string): Promi
       }
       ({ payload } = await jwtVerify(token, key, { ...options, algorithms: ['HS256'] }));
     } else if (config.ACTOR_JWKS_URL) {
-      let jwks = jwksCache.get(config.ACTOR_JWKS_URL);
-      if (!jwks) {
-        jwks = createRemoteJWKSet(new URL(config.ACTOR_JWKS_URL), { timeoutDuration: JWKS_TIMEOUT_MS });
-        jwksCache.set(config.ACTOR_JWKS_URL, jwks);
-      }
-      ({ payload } = await jwtVerify(token, jwks, { ...options, algorithms: ASYMMETRIC }));
+      // env.ts refuses this configuration already; a caller with a hand-built config must not
+      // get a key set verified without its claim checks.
+      if (!config.ACTOR_JWT_ISSUER || !config.ACTOR_JWT_AUDIENCE)
+        throw new AppError('bad_environment', 'ACTOR_JWKS_URL needs ACTOR_JWT_ISSUER and ACTOR_JWT_AUDIENCE');
+      ({ payload } = await jwtVerify(token, keySet(config.ACTOR_JWKS_URL), {
+        ...options,
+        algorithms: ASYMMETRIC,
+      }));
     } else {
       throw new AppError('service_unavailable', 'Actor authentication is not configured');
     }
     if (!payload.sub || !/^[A-Za-z0-9_.:-]{1,128}$/.test(payload.sub)) throw new Error('bad sub');
+    // jose checks `iat` only against a maximum age; a token from the future would outlive
+    // every sign-out (directory.ts compares `iat` with the sign-out time).
+    if (typeof payload.iat === 'number' && payload.iat > Date.now() / 1000 + CLOCK_SKEW_SECONDS)
+      throw new Error('iat in the future');
     return { actorId: payload.sub, issuedAt: typeof payload.iat === 'number' ? payload.iat : undefined };
   } catch (err) {
-    // By design: every other verification failure (jose's errors, a bad subject) is the one
-    // 401, and the reason is not told to the caller.
+    // By design: every other verification failure (jose's errors, a bad subject, a future
+    // `iat`) is the one 401, and the reason is not told to the caller.
     if (err instanceof AppError) throw err;
-    if (err instanceof joseErrors.JWKSTimeout)
-      throw new AppError('service_unavailable', 'Key set unavailable', undefined, { 'retry-after': '5' });
+    if (err instanceof KeySetUnavailable) {
+      log.warn('actor_jwks_unavailable', { error: err.cause });
+      throw new AppError('service_unavailable', 'The actor key set is unavailable; retry later', undefined, {
+        'retry-after': String(JWKS_RETRY_AFTER_SECONDS),
+      });
+    }
     throw new AppError('unauthorized', 'A valid actor bearer token is required', undefined, {
       'www-authenticate': 'Bearer',
     });
   }
+}
+
+/** The key set could not be fetched or read: the provider's failure, not the token's. */
+class KeySetUnavailable extends Error {}
+
+/**
+ * The remote key set of `url`, with its failures sorted: a key set that was read but has no
+ * single key for the token's `kid`/`alg` is the token's failure (401); anything else on the
+ * way to a key (network error, timeout, non-200, a body that is not a key set) is
+ * KeySetUnavailable (503). jose refetches on an unknown `kid` after its 30 s cooldown, so a
+ * provider that is down then answers 503 for that token too: it cannot be told apart.
+ */
+function keySet(url: string): JWTVerifyGetKey {
+  let jwks = jwksCache.get(url);
+  if (!jwks) {
+    const remote = createRemoteJWKSet(new URL(url), { timeoutDuration: JWKS_TIMEOUT_MS });
+    jwks = async (header, token) => {
+      try {
+        return await remote(header, token);
+      } catch (err) {
+        if (
+          err instanceof joseErrors.JWKSNoMatchingKey ||
+          err instanceof joseErrors.JWKSMultipleMatchingKeys ||
+          err instanceof joseErrors.JOSENotSupported
+        )
+          throw err;
+        throw new KeySetUnavailable('key set unavailable', { cause: err });
+      }
+    };
+    jwksCache.set(url, jwks);
+  }
+  return jwks;
 }
 
 /** Middleware: sets `c.var.actor` or answers 401 in the one error shape. */

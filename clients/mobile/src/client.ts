@@ -47,6 +47,12 @@ export class ReactionClient {
   private readonly scheduler: Scheduler;
   private readonly listeners = new Set<(e: JournalEntry) => void>();
   private session: Session | null = null;
+  /**
+   * The session's generation: a fresh controller per sign-in, aborted by signOut(). A pass
+   * holds the signal of the session it started in and hands it to every request, which
+   * checks it right before `fetch` and aborts on it, so a stopped session sends nothing.
+   */
+  private sessionStop = new AbortController();
   private state: SessionState = 'signed_out';
   private running: Promise<SyncReport> | null = null;
   private again = false;
@@ -77,6 +83,8 @@ export class ReactionClient {
 
   /** Starts (or resumes) replay of `actorId`'s journal, including entries from before a sign-out. */
   async signIn(session: Session): Promise<void> {
+    this.sessionStop.abort();
+    this.sessionStop = new AbortController();
     this.session = { ...session };
     this.state = 'active';
     this.kick(0);
@@ -89,18 +97,29 @@ export class ReactionClient {
     this.kick(0);
   }
 
-  /** Stops replay and forgets the token. The journal stays: its entries resume on sign-in. */
-  signOut(): void {
+  /**
+   * Stops replay and forgets the token. The journal stays: its entries resume on sign-in.
+   * The request in flight is aborted and no later step sends anything; when the returned
+   * promise resolves the pass has ended, so no request of this session leaves the device
+   * after it. (A request already on the wire may still reach the server: its outcome stays
+   * unknown in the journal and is reconciled on the next sign-in.)
+   */
+  async signOut(): Promise<void> {
+    this.sessionStop.abort();
     this.session = null;
     this.state = 'signed_out';
     this.cancelTimer?.();
     this.cancelTimer = null;
+    // By design: the pass's outcome was already recorded in the journal; only its end matters here.
+    await this.running?.catch(() => undefined);
   }
 
   /**
    * Records a new explicit choice: a new operation ID, journaled before any request. Older
    * unfinished choices for the same (message, emoji) are marked replaced, and replay retires
-   * them through the contract before this one is written.
+   * them through the contract before this one is written. "Older" is by `seq`, reserved in
+   * call order when the choice is journaled, never by which journaling finishes first: two
+   * quick choices can only ever replace in one direction, so the newest one is sent.
    */
   async choose(intent: Intent): Promise<JournalEntry> {
     const actorId = this.session?.actorId;
@@ -125,10 +144,13 @@ export class ReactionClient {
       terminal: null,
     };
     await this.journal.save(entry);
-    for (const older of await this.journal.list(actorId)) {
-      if (older === entry || older.terminal || older.supersededBy) continue;
-      if (older.intent.messageId !== canonical.messageId || older.intent.emoji !== canonical.emoji) continue;
-      older.supersededBy = entry.operationId;
+    for (const other of await this.journal.list(actorId)) {
+      if (other === entry) continue;
+      if (other.intent.messageId !== canonical.messageId || other.intent.emoji !== canonical.emoji) continue;
+      // A choice made after this one journaled first: this one is the older, never sent as is.
+      const [older, newer] = other.seq > entry.seq ? [entry, other] : [other, entry];
+      if (older.terminal || older.supersededBy) continue;
+      older.supersededBy = newer.operationId;
       older.nextAttemptAt = now;
       await this.journal.save(older);
       this.emit(older);
@@ -192,6 +214,7 @@ export class ReactionClient {
   private async pass(): Promise<SyncReport> {
     const report: SyncReport = { processed: 0, done: 0, waiting: 0, session: this.state };
     const session = this.session;
+    const stop = this.sessionStop.signal;
     if (!session || this.state !== 'active') return report;
     const blocked = new Set<string>();
     const limit = this.opts.batchSize ?? 50;
@@ -200,18 +223,19 @@ export class ReactionClient {
       const key = `${entry.intent.messageId}\u0000${entry.intent.emoji}`;
       // An older unfinished choice of the same reaction goes first (its retirement fences it).
       const due = entry.nextAttemptAt <= this.scheduler.now();
-      if (blocked.has(key) || !due || report.processed >= limit || this.session !== session) {
+      if (blocked.has(key) || !due || report.processed >= limit || stop.aborted) {
         blocked.add(key);
         report.waiting += 1;
         continue;
       }
       report.processed += 1;
-      const end = await this.replayer.step(entry, session.token);
+      const end = await this.replayer.step(entry, session.token, stop);
       if (end === 'done') report.done += 1;
       else {
         blocked.add(key);
         report.waiting += 1;
       }
+      if (end === 'stopped') break;
       if (end === 'session') {
         if (this.session === session) this.state = 'needs_sign_in';
         break;

@@ -12,7 +12,9 @@ const keyOf = (actorId: string, operationId: string) =>
   `${PREFIX}${encodeURIComponent(actorId)}/${encodeURIComponent(operationId)}`;
 
 export class Journal {
-  private readonly cache = new Map<string, Map<string, JournalEntry>>();
+  private readonly cache = new Map<string, Promise<Map<string, JournalEntry>>>();
+  /** Highest seq handed out per actor in this process (a dismissed entry's seq is never reused). */
+  private readonly lastSeq = new Map<string, number>();
 
   constructor(private readonly store: KeyValueStore) {}
 
@@ -37,9 +39,18 @@ export class Journal {
     await this.store.removeItem(keyOf(actorId, operationId));
   }
 
+  /**
+   * Reserves the seq of a new choice: strictly above every seq of the actor, handed out in
+   * call order. Concurrent calls all wait on the one load of the actor and resume in the
+   * order they called (promise reactions run in registration order), and the reservation
+   * after that wait is synchronous, so two quick choices never share a seq and the one
+   * chosen later is always the newer one.
+   */
   async nextSeq(actorId: string): Promise<number> {
-    let max = 0;
-    for (const e of (await this.load(actorId)).values()) max = Math.max(max, e.seq);
+    const entries = await this.load(actorId);
+    let max = this.lastSeq.get(actorId) ?? 0;
+    for (const e of entries.values()) max = Math.max(max, e.seq);
+    this.lastSeq.set(actorId, max + 1);
     return max + 1;
   }
 
@@ -55,9 +66,22 @@ export class Journal {
     return [...actors];
   }
 
-  private async load(actorId: string): Promise<Map<string, JournalEntry>> {
-    const cached = this.cache.get(actorId);
-    if (cached) return cached;
+  /** One load per actor: concurrent callers share it, so all see the same entry objects. */
+  private load(actorId: string): Promise<Map<string, JournalEntry>> {
+    let loading = this.cache.get(actorId);
+    if (!loading) {
+      loading = this.read(actorId);
+      this.cache.set(actorId, loading);
+      // By design: a failed read is not cached (its callers get the error through `loading`),
+      // so the next call reads the store again.
+      loading.catch(() => {
+        if (this.cache.get(actorId) === loading) this.cache.delete(actorId);
+      });
+    }
+    return loading;
+  }
+
+  private async read(actorId: string): Promise<Map<string, JournalEntry>> {
     const prefix = `${PREFIX}${encodeURIComponent(actorId)}/`;
     const entries = new Map<string, JournalEntry>();
     for (const key of await this.store.getAllKeys()) {
@@ -67,10 +91,6 @@ export class Journal {
       const entry = JSON.parse(raw) as JournalEntry;
       if (entry.v === 1) entries.set(entry.operationId, entry);
     }
-    // A concurrent load may have finished first; keep the one already handed out.
-    const again = this.cache.get(actorId);
-    if (again) return again;
-    this.cache.set(actorId, entries);
     return entries;
   }
 }

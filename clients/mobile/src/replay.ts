@@ -19,8 +19,11 @@ export interface BackoffOptions {
   random: () => number;
 }
 
-/** What a step ended with: done (terminal), later (backoff), or session (token refused). */
-export type StepEnd = 'done' | 'later' | 'session';
+/**
+ * What a step ended with: done (terminal), later (backoff), session (token refused), or
+ * stopped (signed out mid-step: nothing recorded about the request, it resumes on sign-in).
+ */
+export type StepEnd = 'done' | 'later' | 'session' | 'stopped';
 
 type Failure = Exclude<ApiResult<unknown>, { kind: 'ok' }>;
 
@@ -33,37 +36,50 @@ export class Replayer {
     private readonly changed: (e: JournalEntry) => void,
   ) {}
 
-  async step(entry: JournalEntry, token: string): Promise<StepEnd> {
+  /** `stop` is the session's sign-out signal: every request of this step checks it first. */
+  async step(entry: JournalEntry, token: string, stop?: AbortSignal): Promise<StepEnd> {
     if (!entry.ticket) {
       // Nothing ever left the device: a replaced choice can simply end here.
       if (entry.supersededBy && !entry.issueSent) return this.finish(entry, 'superseded', null, {});
       entry.issueSent = true;
       await this.save(entry);
-      const issued = await this.transport.issue(token, entry.operationId, entry.intent);
-      if (issued.kind !== 'ok') return this.failed(entry, token, issued);
+      const issued = await this.transport.issue(token, entry.operationId, entry.intent, stop);
+      if (issued.kind !== 'ok') return this.failed(entry, token, issued, stop);
       entry.ticket = { token: issued.body.ticket, expiresAt: issued.body.expiresAt };
       entry.quotaRefusals = 0;
       await this.save(entry);
     }
-    if (entry.supersededBy) return this.retire(entry, token, entry.ticket.token);
+    if (entry.supersededBy) return this.retire(entry, token, entry.ticket.token, stop);
     entry.writeSent = true;
     await this.save(entry);
-    const res = await this.transport.write(token, entry.operationId, entry.ticket.token, entry.intent);
-    if (res.kind !== 'ok') return this.failed(entry, token, res);
+    const res = await this.transport.write(token, entry.operationId, entry.ticket.token, entry.intent, stop);
+    if (res.kind !== 'ok') return this.failed(entry, token, res, stop);
     return this.finish(entry, 'applied', null, { receipt: res.body.receipt, message: res.body.message });
   }
 
   /** Retires a replaced operation through the contract: a fence no delayed write can pass. */
-  private async retire(entry: JournalEntry, token: string, ticket: string): Promise<StepEnd> {
-    const res = await this.transport.retire(token, entry.operationId, ticket);
-    if (res.kind !== 'ok') return this.failed(entry, token, res);
+  private async retire(
+    entry: JournalEntry,
+    token: string,
+    ticket: string,
+    stop: AbortSignal | undefined,
+  ): Promise<StepEnd> {
+    const res = await this.transport.retire(token, entry.operationId, ticket, stop);
+    if (res.kind !== 'ok') return this.failed(entry, token, res, stop);
     return this.finish(entry, 'superseded', null, {
       receipt: res.body.receipt ?? null,
       message: res.body.message,
     });
   }
 
-  private async failed(entry: JournalEntry, token: string, res: Failure): Promise<StepEnd> {
+  private async failed(
+    entry: JournalEntry,
+    token: string,
+    res: Failure,
+    stop: AbortSignal | undefined,
+  ): Promise<StepEnd> {
+    // Signed out: not an attempt; the entry stays as persisted before the request.
+    if (res.kind === 'stopped') return 'stopped';
     if (res.kind === 'unknown') return this.later(entry, res.reason, null);
     const disposition = dispositionOf(res.code, res.status);
     if (disposition === 'retry') return this.later(entry, res.code, res.retryAfterMs);
@@ -90,7 +106,7 @@ export class Replayer {
         ? 'superseded'
         : disposition;
     if (disposition === 'permission_lost') known.message = null;
-    return this.finish(entry, outcome, res.code, known, token);
+    return this.finish(entry, outcome, res.code, known, token, stop);
   }
 
   private async later(entry: JournalEntry, why: string, retryAfterMs: number | null): Promise<StepEnd> {
@@ -113,10 +129,14 @@ export class Replayer {
     code: string | null,
     known: { receipt?: Receipt | null; message?: MessageReactions | null },
     token?: string,
+    stop?: AbortSignal,
   ): Promise<StepEnd> {
     let message = known.message;
     if (message === undefined && token) {
-      const read = await this.transport.reactions(token, entry.intent.messageId);
+      const read = await this.transport.reactions(token, entry.intent.messageId, stop);
+      // Signed out before the state was read: record nothing; the terminal answer repeats
+      // (it is idempotent) on the next sign-in, and the read with it.
+      if (read.kind === 'stopped') return 'stopped';
       message = read.kind === 'ok' ? read.body : null;
     }
     entry.terminal = {

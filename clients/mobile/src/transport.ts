@@ -19,7 +19,9 @@ export type ApiResult<T> =
       details: unknown;
       retryAfterMs: number | null;
     }
-  | { kind: 'unknown'; reason: 'network' | 'timeout' | 'http_status' | 'bad_response'; status?: number };
+  | { kind: 'unknown'; reason: 'network' | 'timeout' | 'http_status' | 'bad_response'; status?: number }
+  /** The session stopped (sign-out) before or while the request ran: nothing to learn from it. */
+  | { kind: 'stopped' };
 
 export interface TransportOptions {
   baseUrl: string;
@@ -29,6 +31,7 @@ export interface TransportOptions {
 }
 
 class TimeoutError extends Error {}
+class StoppedError extends Error {}
 
 function retryAfterMs(res: Response): number | null {
   const raw = res.headers.get('retry-after');
@@ -42,43 +45,58 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 export class Transport {
   constructor(private readonly opts: TransportOptions) {}
 
-  issue(token: string, operationId: string, intent: Intent): Promise<ApiResult<Ticket>> {
+  issue(token: string, operationId: string, intent: Intent, stop?: AbortSignal): Promise<ApiResult<Ticket>> {
     return this.call(
       'POST',
       '/v1/reaction-tickets',
       token,
       { operationId, ...intent },
       (b) => typeof b.ticket === 'string' && typeof b.expiresAt === 'string',
+      stop,
     );
   }
 
-  write(token: string, operationId: string, ticket: string, intent: Intent): Promise<ApiResult<WriteResult>> {
+  write(
+    token: string,
+    operationId: string,
+    ticket: string,
+    intent: Intent,
+    stop?: AbortSignal,
+  ): Promise<ApiResult<WriteResult>> {
     return this.call(
       'PUT',
       `/v1/reaction-operations/${encodeURIComponent(operationId)}`,
       token,
       { ticket, ...intent },
       (b) => isObject(b.receipt) && isObject(b.message),
+      stop,
     );
   }
 
-  retire(token: string, operationId: string, ticket: string): Promise<ApiResult<RetireResult>> {
+  retire(
+    token: string,
+    operationId: string,
+    ticket: string,
+    stop?: AbortSignal,
+  ): Promise<ApiResult<RetireResult>> {
     return this.call(
       'POST',
       `/v1/reaction-operations/${encodeURIComponent(operationId)}/retire`,
       token,
       { ticket },
       (b) => b.status === 'retired' || b.status === 'applied',
+      stop,
     );
   }
 
-  reactions(token: string, messageId: string): Promise<ApiResult<MessageReactions>> {
+  reactions(token: string, messageId: string, stop?: AbortSignal): Promise<ApiResult<MessageReactions>> {
     return this.call(
       'GET',
       `/v1/messages/${encodeURIComponent(messageId)}/reactions`,
       token,
       undefined,
       (b) => Array.isArray(b.reactions),
+      stop,
     );
   }
 
@@ -88,6 +106,7 @@ export class Transport {
     token: string,
     body: unknown,
     valid: (b: Record<string, unknown>) => boolean,
+    stop?: AbortSignal,
   ): Promise<ApiResult<T>> {
     const headers: Record<string, string> = { authorization: `Bearer ${token}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
@@ -96,7 +115,7 @@ export class Transport {
     let res: Response;
     let parsed: unknown;
     try {
-      [res, parsed] = await this.withTimeout(async (signal) => {
+      [res, parsed] = await this.withTimeout(stop, async (signal) => {
         const r = await this.opts.fetch(`${this.opts.baseUrl}${path}`, { ...init, signal });
         const text = await r.text();
         let json: unknown = null;
@@ -108,6 +127,7 @@ export class Transport {
         return [r, json] as const;
       });
     } catch (err) {
+      if (err instanceof StoppedError || stop?.aborted) return { kind: 'stopped' };
       return { kind: 'unknown', reason: err instanceof TimeoutError ? 'timeout' : 'network' };
     }
     if (res.ok) {
@@ -128,21 +148,40 @@ export class Transport {
     };
   }
 
-  /** Aborts the request and stops waiting at the deadline, even if `fetch` ignores the signal. */
-  private withTimeout<R>(run: (signal: AbortSignal) => Promise<R>): Promise<R> {
+  /**
+   * Aborts the request and stops waiting at the deadline, or as soon as `stop` (the
+   * session's sign-out) fires, even if `fetch` ignores the signal. `stop` is checked right
+   * before `fetch` is called, with no await in between: once it has fired, no request starts.
+   */
+  private withTimeout<R>(
+    stop: AbortSignal | undefined,
+    run: (signal: AbortSignal) => Promise<R>,
+  ): Promise<R> {
+    if (stop?.aborted) return Promise.reject(new StoppedError('signed out'));
     const controller = new AbortController();
     return new Promise<R>((resolve, reject) => {
+      const onStop = () => {
+        cancel();
+        controller.abort();
+        reject(new StoppedError('signed out'));
+      };
       const cancel = this.opts.scheduler.at(this.opts.scheduler.now() + this.opts.requestTimeoutMs, () => {
+        stop?.removeEventListener('abort', onStop);
         controller.abort();
         reject(new TimeoutError('request timed out'));
       });
+      stop?.addEventListener('abort', onStop, { once: true });
+      const settle = () => {
+        cancel();
+        stop?.removeEventListener('abort', onStop);
+      };
       run(controller.signal).then(
         (v) => {
-          cancel();
+          settle();
           resolve(v);
         },
         (e) => {
-          cancel();
+          settle();
           reject(e);
         },
       );
