@@ -96,7 +96,9 @@ export function dbClockOffsetMs(): number {
 
 /** app_now() of the test database, in Unix ms. */
 export async function dbNowMs(pool: Pool): Promise<number> {
-  const { rows } = await pool.query<{ ms: string }>('select (extract(epoch from app_now()) * 1000)::bigint as ms');
+  const { rows } = await pool.query<{ ms: string }>(
+    'select (extract(epoch from app_now()) * 1000)::bigint as ms',
+  );
   return Number(rows[0]!.ms);
 }
 

@@ -1,10 +1,11 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { ManualScheduler, recoveryFor } from '../../clients/mobile/src';
+import { mintOperationId } from '../../workers/reaction-tickets/operation-id';
 import { deleteBatch } from '../../workers/retention/batch';
 import { dbNowMs, setDbClockOffset, testPool } from '../helpers/db';
 import { runSteps } from '../housekeeping/helpers';
 import { DAY_MS, reactions, seedWorld, signOut, tokenFor } from '../reaction-tickets/helpers';
-import { device, elapse, ISSUE, serverRows, WRITE } from './helpers';
+import { device, elapse, ISSUE, Network, serverRows, WRITE } from './helpers';
 
 /**
  * Issue 15 items 1 and 5 on the device: an operation older than the admission window ends
@@ -54,7 +55,11 @@ describe('a forgotten operation ends in terminal reconciliation on the device (i
 
       const truth = (await reactions(token, messageId)).body;
       expect(truth.reactions).toEqual([]);
-      expect(old.terminal).toMatchObject({ outcome: 'expired', code: 'operation_expired', reflected: 'absent' });
+      expect(old.terminal).toMatchObject({
+        outcome: 'expired',
+        code: 'operation_expired',
+        reflected: 'absent',
+      });
       expect(old.terminal?.message).toEqual(truth);
       expect(await serverRows(pool, actorId)).toEqual({ tickets: 0, receipts: 0, fences: 0 });
       expect(phone.network.count('PUT', WRITE)).toBe(0);
@@ -66,7 +71,10 @@ describe('a forgotten operation ends in terminal reconciliation on the device (i
     const w = await seedWorld();
     const [actorId, messageId] = [w.actors[0]!, w.messages[0]!];
     const d = device();
-    await d.client.signIn({ actorId, token: await tokenFor(actorId, { issuedAt: Math.floor(Date.now() / 1000) - 60 }) });
+    await d.client.signIn({
+      actorId,
+      token: await tokenFor(actorId, { issuedAt: Math.floor(Date.now() / 1000) - 60 }),
+    });
     d.network.offline = true;
     const entry = await d.client.choose({ messageId, emoji: '🎉', desired: 'present' });
     await d.client.sync();
@@ -78,7 +86,11 @@ describe('a forgotten operation ends in terminal reconciliation on the device (i
     const token = await tokenFor(actorId, { issuedAt: signedOut });
     await d.client.signIn({ actorId, token });
     await d.client.sync();
-    expect(entry.terminal).toMatchObject({ outcome: 'expired', code: 'operation_expired', reflected: 'absent' });
+    expect(entry.terminal).toMatchObject({
+      outcome: 'expired',
+      code: 'operation_expired',
+      reflected: 'absent',
+    });
     expect(entry.terminal?.message).toEqual((await reactions(token, messageId)).body);
     expect(await serverRows(pool, actorId)).toEqual({ tickets: 0, receipts: 0, fences: 0 });
     expect(recoveryFor(entry, 'vi')!.body).toContain('hiện không hiển thị cảm xúc 🎉');
@@ -150,5 +162,31 @@ describe('operation stamps follow server time', () => {
     await next.client.sync();
     expect(second.terminal?.outcome).toBe('applied');
     expect(d.network.count('POST', ISSUE)).toBe(3);
+  });
+
+  it('a re-stamp interrupted between its two journal writes leaves only the re-stamped entry after a restart', async () => {
+    const w = await seedWorld();
+    const [actorId, token, messageId] = [w.actors[0]!, w.tokens[0]!, w.messages[0]!];
+    const d = device();
+    await d.client.signIn({ actorId, token });
+    d.network.offline = true;
+    const entry = await d.client.choose({ messageId, emoji: '🧭', desired: 'present' });
+    const keys = await d.storage.getAllKeys();
+    const oldKey = keys.find((k) => k.endsWith(`/${entry.operationId}`))!;
+    // The state a crash after the first write leaves: the new copy and the old one.
+    const newId = mintOperationId((await dbNowMs(pool)) - 1000);
+    const copy = {
+      ...JSON.parse((await d.storage.getItem(oldKey))!),
+      operationId: newId,
+      restampedFrom: entry.operationId,
+    };
+    await d.storage.setItem(oldKey.replace(entry.operationId, newId), JSON.stringify(copy));
+    const next = device({ storage: d.storage, network: new Network(), clock: d.clock });
+    await next.client.signIn({ actorId, token });
+    expect((await next.client.entries()).map((e) => e.operationId)).toEqual([newId]);
+    expect(await d.storage.getItem(oldKey)).toBeNull();
+    await next.client.sync();
+    expect((await next.client.entries())[0]!.terminal?.outcome).toBe('applied');
+    expect(await serverRows(pool, actorId)).toEqual({ tickets: 1, receipts: 1, fences: 0 });
   });
 });

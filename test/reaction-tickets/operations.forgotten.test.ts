@@ -1,8 +1,8 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { operationStampMs } from '../../workers/reaction-tickets/operation-id';
 import { deleteBatch } from '../../workers/retention/batch';
 import { advanceDbClock, dbNowMs, setDbClockOffset, testPool } from '../helpers/db';
 import { runSteps } from '../housekeeping/helpers';
-import { operationStampMs } from '../../workers/reaction-tickets/operation-id';
 import {
   DAY_MS,
   issue,
@@ -123,12 +123,15 @@ describe('a forgotten operation stays dead (item 1)', () => {
       expect(res.status, `age ${age}: ${JSON.stringify(res.body)}`).toBe(410);
       expect(res.body.error.code).toBe('operation_expired');
       expect(res.body.error.details).toMatchObject({ operationId: op, receipt: null, message: current });
-      expect(Date.parse(res.body.error.details.expiredAt)).toBe(Date.parse(res.body.error.details.stampedAt) + WINDOW_MS);
+      expect(Date.parse(res.body.error.details.expiredAt)).toBe(
+        Date.parse(res.body.error.details.stampedAt) + WINDOW_MS,
+      );
     }
     expect(await snapshot(pool, message, actor)).toEqual(before);
-    const { rows } = await pool.query('select count(*)::int as n from private.reaction_tickets where actor_id = $1', [
-      actor,
-    ]);
+    const { rows } = await pool.query(
+      'select count(*)::int as n from private.reaction_tickets where actor_id = $1',
+      [actor],
+    );
     expect(rows[0].n).toBe(0);
   });
 
@@ -150,14 +153,15 @@ describe('a forgotten operation stays dead (item 1)', () => {
     expect(res.body.error.code).toBe('operation_clock_skew');
     const serverTime = Date.parse(res.body.error.details.serverTime);
     expect(Math.abs(serverTime - (await dbNowMs(pool)))).toBeLessThan(60_000);
-    const { rows } = await pool.query('select count(*)::int as n from private.reaction_tickets where actor_id = $1', [
-      actor,
-    ]);
+    const { rows } = await pool.query(
+      'select count(*)::int as n from private.reaction_tickets where actor_id = $1',
+      [actor],
+    );
     expect(rows[0].n).toBe(0);
     // Within the skew (a device clock a minute fast) it is admitted.
-    expect((await issue(token, opId(-60_000), { messageId: message, emoji: '🎉', desired: 'present' })).status).toBe(
-      201,
-    );
+    expect(
+      (await issue(token, opId(-60_000), { messageId: message, emoji: '🎉', desired: 'present' })).status,
+    ).toBe(201);
   });
 
   it('an operation ID without a creation stamp (not a UUIDv7) gets no new ticket: 400 validation_failed', async () => {

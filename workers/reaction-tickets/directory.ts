@@ -137,7 +137,11 @@ export async function admitToMessage(
  * Admission without a message (retirement): the actor exists and the token was issued at or
  * after its last sign-out. Unknown actor or revoked session is 401.
  */
-export async function admitActor(db: Queryable, actorId: string, issuedAt: number | undefined): Promise<void> {
+export async function admitActor(
+  db: Queryable,
+  actorId: string,
+  issuedAt: number | undefined,
+): Promise<void> {
   const { rows } = await db.query<{ signed_out_s: string | null }>(
     'select floor(extract(epoch from signed_out_at))::bigint as signed_out_s from private.actors where id = $1',
     [actorId],

@@ -2,11 +2,11 @@ import { AppError } from '../errors';
 import { admitLegacyWrite } from './contract';
 import { admitActor, admitToMessage } from './directory';
 import { lockMessage, lockOperation, lockRetirement } from './locks';
+import { operationStampMs } from './operation-id';
 import type { Caller, RetireResult, WriteResult } from './operations';
 import { retiredError } from './operations';
 import { applyDesired, readReactions } from './reactions';
 import { findFence, findReceipt, insertFence, insertReceipt } from './receipts';
-import { operationStampMs } from './operation-id';
 import { expiredError, findTicketByOperation, sameIntent } from './tickets';
 import { type Intent, type Queryable, toReceipt } from './types';
 

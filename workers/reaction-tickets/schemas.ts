@@ -36,7 +36,7 @@ export const StampedOperationId = OperationId.refine((id) => operationStampMs(id
 }).openapi({
   description:
     'UUIDv7 minted when the user made the choice (its first 48 bits are the creation time, Unix ms, on the ' +
-    'client\'s estimate of server time); one per reaction choice, never re-stamped',
+    "client's estimate of server time); one per reaction choice, never re-stamped",
   example: '01937a4e-8c2b-7d3e-9c1a-0f0f2b7c9d11',
 });
 

@@ -202,7 +202,8 @@ export async function expiredError(
   },
 ): Promise<AppError> {
   const current = await readReactions(client, e.messageId);
-  const now = e.nowMs ?? (await client.query<{ now: Date }>('select app_now() as now')).rows[0]!.now.valueOf();
+  const now =
+    e.nowMs ?? (await client.query<{ now: Date }>('select app_now() as now')).rows[0]!.now.valueOf();
   return new AppError(
     'operation_expired',
     'This operation expired; stop replaying it. The reactions shown are the current truth; ' +
@@ -218,7 +219,11 @@ export async function expiredError(
   );
 }
 
-export async function throwExpired(client: Queryable, ticket: TicketRow, receipt: Receipt | null): Promise<never> {
+export async function throwExpired(
+  client: Queryable,
+  ticket: TicketRow,
+  receipt: Receipt | null,
+): Promise<never> {
   throw await expiredError(client, {
     operationId: ticket.operation_id,
     stampMs: operationStampMs(ticket.operation_id),
