@@ -12,6 +12,10 @@ export const ERROR_STATUS = {
   intent_mismatch: 409,
   revision_conflict: 409,
   operation_expired: 410,
+  /** The server no longer holds the operation's ticket: whether it applied is unknown; read the current state. */
+  operation_outcome_unknown: 410,
+  /** The operation ID's creation stamp is ahead of server time by more than the allowed skew. */
+  operation_clock_skew: 422,
   gone: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,

@@ -1,5 +1,6 @@
 import type { Pool } from '@neondatabase/serverless';
 import { withTx } from '../../workers/db/tx';
+import { mintOperationId } from '../../workers/reaction-tickets/operation-id';
 import { applyWithTicket } from '../../workers/reaction-tickets/operations';
 import { issueTicket } from '../../workers/reaction-tickets/tickets';
 import type { Desired, Queryable } from '../../workers/reaction-tickets/types';
@@ -69,12 +70,13 @@ async function runActors(fn: (actor: number, i: number) => Promise<unknown>) {
 
 const desiredAt = (i: number): Desired => (i % 2 === 0 ? 'present' : 'absent');
 
-async function ticketed(pool: Pool, actors: string[], messageOf: (a: number) => string, tag: string) {
+async function ticketed(pool: Pool, actors: string[], messageOf: (a: number) => string) {
   const tickets: { id: string; operationId: string }[][] = actors.map(() => []);
   await Promise.all(
     actors.map(async (actorId, a) => {
       for (let i = 0; i < OPS; i++) {
-        const operationId = `${tag}-${a}-${i}-${crypto.randomUUID().slice(0, 8)}`;
+        // The ticket contract's operation IDs are UUIDv7 stamped at the choice (issue 15).
+        const operationId = mintOperationId(Date.now());
         const messageId = messageOf(a);
         const intent = { messageId, emoji: '👍', desired: desiredAt(i) };
         const { ticket } = await withTx(pool, TX, (c) =>
@@ -124,7 +126,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     // Warm every connection of the pool before timing.
     await Promise.all(Array.from({ length: ACTORS }, () => pool.query('select 1')));
     const bare = await runActors((a) => pool.query(BARE_UPSERT, [messageOf(a), world.actors[a]!, '🧱']));
-    const mine = await ticketed(pool, world.actors, messageOf, name.replaceAll(' ', ''));
+    const mine = await ticketed(pool, world.actors, messageOf);
     rows.push({
       suite: 'tickets',
       case: `bare upsert, ${name}`,

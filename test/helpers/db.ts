@@ -71,13 +71,35 @@ export async function blockedBehindAll(
   }
 }
 
+// The offset this file's helpers last set (each test file has its own database and module
+// instance), so code that stamps times on the client side (operation IDs) can follow app_now().
+let clockOffsetMs = 0;
+
 /** Moves app_now() for every connection to the test database (its test clock: test/setup/test-clock.sql). */
 export async function setDbClockOffset(pool: Pool, offsetMs: number): Promise<void> {
   await pool.query('update app_test_clock set offset_ms = $1', [offsetMs]);
+  clockOffsetMs = offsetMs;
 }
 
 export async function advanceDbClock(pool: Pool, ms: number): Promise<void> {
-  await pool.query('update app_test_clock set offset_ms = offset_ms + $1', [ms]);
+  const { rows } = await pool.query<{ offset_ms: string }>(
+    'update app_test_clock set offset_ms = offset_ms + $1 returning offset_ms',
+    [ms],
+  );
+  clockOffsetMs = Number(rows[0]!.offset_ms);
+}
+
+/** How far this file's test clock runs ahead of the machine clock (what the helpers above set). */
+export function dbClockOffsetMs(): number {
+  return clockOffsetMs;
+}
+
+/** app_now() of the test database, in Unix ms. */
+export async function dbNowMs(pool: Pool): Promise<number> {
+  const { rows } = await pool.query<{ ms: string }>(
+    'select (extract(epoch from app_now()) * 1000)::bigint as ms',
+  );
+  return Number(rows[0]!.ms);
 }
 
 export function uid(prefix = 't'): string {

@@ -19,7 +19,7 @@ async function ticketRows(actorId: string): Promise<string[]> {
 }
 
 describe('reaction ticket retention', () => {
-  it('deletes a ticket only after expiry plus the grace; a deleted ticket is refused as unissued through /v1', async () => {
+  it('deletes a ticket only after expiry plus the grace; a deleted ticket operation gets the terminal outcome-unknown answer through /v1', async () => {
     const w = await seedWorld(1, 1);
     const [token] = w.tokens as [string];
     const intent = { messageId: w.messages[0]!, emoji: '👍', desired: 'present' as const };
@@ -42,28 +42,33 @@ describe('reaction ticket retention', () => {
     expect((await runSteps(pool, ['tickets'], { ticketGraceMs: GRACE_MS })).tickets).toBe(2);
     expect(await ticketRows(w.actors[0]!)).toEqual([fresh]);
 
+    // Terminal, and never a claim that the operation was not accepted: "unknown, read the state".
     const late = await put(token, unused, unusedTicket, intent);
-    expect(late.status).toBe(403);
-    expect(late.body.error.code).toBe('ticket_invalid');
+    expect(late.status).toBe(410);
+    expect(late.body.error.code).toBe('operation_outcome_unknown');
     const lateRetire = await retire(token, unused, unusedTicket);
-    expect(lateRetire.status).toBe(403);
-    expect(lateRetire.body.error.code).toBe('ticket_invalid');
+    expect(lateRetire.status).toBe(410);
+    expect(lateRetire.body.error.code).toBe('operation_outcome_unknown');
     const replay = await put(token, applied, appliedTicket, { ...intent, emoji: '🎉' });
-    expect(replay.status).toBe(403);
+    expect(replay.status).toBe(410);
+    expect(replay.body.error.code).toBe('operation_outcome_unknown');
     // Nothing applied late: the message still carries only the earlier reaction.
     const { rows } = await pool.query('select emoji from private.message_reactions where message_id = $1', [
       intent.messageId,
     ]);
     expect(rows.map((r) => r.emoji)).toEqual(['🎉']);
 
-    // The receipt keeps its own expiry (FK set null), and its operation ID stays used.
+    // The receipt keeps its own expiry (FK set null); its operation is past its window, so
+    // re-requesting a ticket is the terminal expiry, with the receipt still kept.
     const receipt = await pool.query(
       'select ticket_id, ticket_expires_at from private.chat_reaction_operations where actor_id = $1 and operation_id = $2',
       [w.actors[0], applied],
     );
     expect(receipt.rows[0].ticket_id).toBeNull();
     expect(receipt.rows[0].ticket_expires_at).not.toBeNull();
-    expect((await issue(token, applied, { ...intent, emoji: '🎉' })).body.error.code).toBe('conflict');
+    const reissue = await issue(token, applied, { ...intent, emoji: '🎉' });
+    expect(reissue.body.error.code).toBe('operation_expired');
+    expect(reissue.body.error.details.receipt.operationId).toBe(applied);
   });
 
   it('deletes at most batchRows tickets per run', async () => {

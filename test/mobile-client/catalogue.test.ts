@@ -11,6 +11,7 @@ import { ERROR_STATUS } from '../../workers/errors';
 
 const KINDS: RecoveryKind[] = [
   'expired',
+  'unknown',
   'retired',
   'rejected',
   'permission_lost',
@@ -24,6 +25,8 @@ function kindOf(code: string, status: number): RecoveryKind | null {
   const d = dispositionOf(code, status);
   if (d === 'retry') return null;
   if (d === 'session') return 'session_expired';
+  // A stamp refusal re-stamps the choice; if that is not possible it ends as rejected.
+  if (d === 'restamp') return 'rejected';
   return d;
 }
 

@@ -4,6 +4,7 @@ import type { Pool } from '@neondatabase/serverless';
 import { ManualScheduler, MemoryStore, ReactionClient } from '../../clients/mobile/src';
 import type { FetchLike } from '../../clients/mobile/src/transport';
 import worker from '../../workers/index';
+import { advanceDbClock, dbClockOffsetMs } from '../helpers/db';
 
 /**
  * A device's network in front of the real Worker (exports.default.fetch): online, offline
@@ -158,7 +159,8 @@ export function device(
 ): Device {
   const storage = opts.storage ?? new MemoryStore();
   const network = opts.network ?? new Network();
-  const clock = opts.clock ?? new ManualScheduler();
+  // The device's clock starts at the server's (test database) time; tests move both with elapse().
+  const clock = opts.clock ?? new ManualScheduler(Date.now() + dbClockOffsetMs());
   const client = new ReactionClient({
     baseUrl: 'http://device',
     storage,
@@ -204,4 +206,10 @@ export class HeldStore extends MemoryStore {
     hold.markReached();
     await hold.released;
   }
+}
+
+/** Time passes for the server (test database clock) and for every given device clock alike. */
+export async function elapse(pool: Pool, ms: number, ...clocks: ManualScheduler[]): Promise<void> {
+  await advanceDbClock(pool, ms);
+  for (const clock of clocks) clock.advance(ms);
 }

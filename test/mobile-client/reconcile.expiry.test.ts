@@ -2,7 +2,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { recoveryFor } from '../../clients/mobile/src';
 import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
 import { DAY_MS, reactions, seedWorld, signOut, tokenFor } from '../reaction-tickets/helpers';
-import { device, ISSUE, serverRows, WRITE } from './helpers';
+import { device, elapse, ISSUE, serverRows, WRITE } from './helpers';
 
 const pool = testPool();
 afterEach(() => setDbClockOffset(pool, 0));
@@ -83,7 +83,7 @@ describe('terminal reconciliation on expiry', () => {
 describe('sign-out keeps the journal; sign-in reconciles it through the ticket contract', () => {
   const past = () => Math.floor(Date.now() / 1000) - 60;
 
-  it('a journal from before sign-out is replayed after sign-in and applies once', async () => {
+  it('a journal from before sign-out is replayed after sign-in inside the admission window and applies once', async () => {
     const w = await seedWorld();
     const [actorId, messageId] = [w.actors[0]!, w.messages[0]!];
     const d = device();
@@ -105,7 +105,10 @@ describe('sign-out keeps the journal; sign-in reconciles it through the ticket c
     expect((await d.client.sync()).processed).toBe(0);
     expect(await d.client.pendingActors()).toEqual([actorId]);
 
-    // App restart, then sign-in of the same actor with a fresh token.
+    // Six days later (inside the 7-day window from the choices): app restart, then sign-in of
+    // the same actor with a fresh token. Past the window they end terminally instead
+    // (reconcile.forgotten: day 400).
+    await elapse(pool, 6 * DAY_MS, d.clock);
     const next = device({ storage: d.storage, network: d.network, clock: d.clock });
     await next.client.signIn({ actorId, token: await tokenFor(actorId, { issuedAt: signedOut }) });
     await next.client.sync();

@@ -3,7 +3,8 @@ import { env, exports } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { signActorToken } from '../../workers/auth/sign';
 import worker from '../../workers/index';
-import { uid } from '../helpers/db';
+import { mintOperationId } from '../../workers/reaction-tickets/operation-id';
+import { dbClockOffsetMs, uid } from '../helpers/db';
 
 /** Seeding, requests and database snapshots for the reaction API tests. */
 export interface Reply {
@@ -99,8 +100,13 @@ export async function seedWorld(members = 2, messageCount = 1): Promise<World> {
   };
 }
 
-export function opId(): string {
-  return crypto.randomUUID();
+/**
+ * A new operation ID as the client library mints it: UUIDv7 stamped now, on the test
+ * database's clock (so IDs minted after advanceDbClock are fresh, as on a device whose clock
+ * moved with the server's). `ageMs` stamps it that long ago (negative: in the future).
+ */
+export function opId(ageMs = 0): string {
+  return mintOperationId(Date.now() + dbClockOffsetMs() - ageMs);
 }
 
 export interface IntentInput {

@@ -1,5 +1,6 @@
 import { exports } from 'cloudflare:workers';
 import { afterAll, describe, expect, it } from 'vitest';
+import { operationStampMs } from '../../workers/reaction-tickets/operation-id';
 import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
 import { call, DAY_MS, issue, opId, seedWorld, snapshot, ticketFor, tokenFor } from './helpers';
 
@@ -7,7 +8,7 @@ const pool = testPool();
 afterAll(() => pool.end());
 
 describe('POST /v1/reaction-tickets', () => {
-  it('binds the ticket to actor, operation, normalized intent and a seven-day server expiry', async () => {
+  it('binds the ticket to actor, operation, normalized intent and an expiry seven days after the operation stamp', async () => {
     const w = await seedWorld();
     const op = opId();
     const res = await issue(w.tokens[0]!, op, {
@@ -18,7 +19,10 @@ describe('POST /v1/reaction-tickets', () => {
     expect(res.status).toBe(201);
     expect(res.body.ticket).toMatch(/^rt1\./);
     expect(res.body.intent).toEqual({ messageId: w.messages[0], emoji: '👍', desired: 'present' });
-    expect(Date.parse(res.body.expiresAt) - Date.parse(res.body.issuedAt)).toBe(7 * DAY_MS);
+    // The window runs from the operation's creation stamp (a client-side instant just before issuance).
+    const stamp = operationStampMs(op)!;
+    expect(Date.parse(res.body.expiresAt)).toBe(Math.min(stamp, Date.parse(res.body.issuedAt)) + 7 * DAY_MS);
+    expect(Date.parse(res.body.issuedAt) - stamp).toBeLessThan(60_000);
     const { rows } = await pool.query(
       'select actor_id, operation_id, emoji from private.reaction_tickets where operation_id = $1',
       [op],

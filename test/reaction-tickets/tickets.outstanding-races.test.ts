@@ -20,17 +20,27 @@ afterEach(async () => {
 });
 afterAll(() => pool.end());
 
-function asker(w: World, max: number) {
+function asker(
+  w: World,
+  max: number,
+  opts: { actor?: number; desired?: 'present' | 'absent'; env?: Record<string, string> } = {},
+) {
   const bounds = {
     ...PATIENT,
     REACTION_TICKET_MAX_OUTSTANDING: String(max),
     REACTION_TICKET_RATE_PER_MINUTE: '1000',
+    ...opts.env,
   };
   return (op: string, i: number): Promise<Reply> =>
     call('POST', '/v1/reaction-tickets', {
-      token: w.tokens[0]!,
+      token: w.tokens[opts.actor ?? 0]!,
       env: bounds,
-      body: { operationId: op, messageId: w.messages[0]!, emoji: `e${i}`, desired: 'present' },
+      body: {
+        operationId: op,
+        messageId: w.messages[0]!,
+        emoji: `e${i}`,
+        desired: opts.desired ?? 'present',
+      },
     });
 }
 
@@ -104,17 +114,88 @@ describe('the per-actor outstanding bound under concurrency', () => {
     expect(await ticketsOf(w.actors[0]!)).toBe(3);
   });
 
-  it('a Durable Object reset that loses its state does not reopen slots', async () => {
-    const w = await seedWorld();
-    const ask = asker(w, 2);
-    expect((await ask(opId(), 1)).status).toBe(201);
-    expect((await ask(opId(), 2)).status).toBe(201);
+  it('a Durable Object reset that loses its state does not reopen slots, for any actor of the workspace', async () => {
+    const w = await seedWorld(2);
+    const asks = [asker(w, 2), asker(w, 2, { actor: 1 })];
+    for (const ask of asks) {
+      expect((await ask(opId(), 1)).status).toBe(201);
+      expect((await ask(opId(), 2)).status).toBe(201);
+    }
     const quota = env.WORKSPACE_QUOTA.get(env.WORKSPACE_QUOTA.idFromName(w.workspaceId));
     await runInDurableObject(quota, (_, state) => state.storage.deleteAll());
     await runInDurableObject(quota, (_, state) => state.abort('reset by test')).catch(() => undefined);
-    const over = await ask(opId(), 3);
-    expect(over.status).toBe(429);
-    expect(over.body.error.code).toBe('quota_exceeded');
-    expect(await ticketsOf(w.actors[0]!)).toBe(2);
+    for (const [i, ask] of asks.entries()) {
+      const over = await ask(opId(), 3);
+      expect(over.status, JSON.stringify(over.body)).toBe(429);
+      expect(over.body.error.code).toBe('quota_exceeded');
+      expect(await ticketsOf(w.actors[i]!)).toBe(2);
+    }
+  });
+});
+
+/**
+ * Issue 15 item 2: a slot is released only when its ticket ends (applies, retires, expires).
+ * Before the database owned the bound, any error on a ticket request released the request's
+ * operation slot at the Durable Object, even when that operation's ticket was still live.
+ */
+describe('a live ticket keeps its slot whatever its re-requests meet', () => {
+  it('a re-request of a live operation that fails (lock timeout, 503) does not free its slot', async () => {
+    const w = await seedWorld();
+    const ask = asker(w, 1);
+    const live = opId();
+    expect((await ask(live, 1)).status).toBe(201);
+    // The re-request (a lost answer, retried) waits on its operation lock and times out.
+    const holder = await hold(OPERATION_LOCK_SQL, [[w.actors[0], live]]);
+    const impatient = asker(w, 1, {
+      env: { REACTION_LOCK_TIMEOUT_MS: '200', REACTION_TX_BUDGET_MS: '5000' },
+    });
+    const retried = impatient(live, 1);
+    await blockedCount(holder.pid, 1);
+    const failed = await retried;
+    expect(failed.status, JSON.stringify(failed.body)).toBe(503);
+    await holder.query('commit');
+    const next = await ask(opId(), 2);
+    expect(next.status, JSON.stringify(next.body)).toBe(429);
+    expect(next.body.error.code).toBe('quota_exceeded');
+    expect(await ticketsOf(w.actors[0]!)).toBe(1);
+  });
+
+  it('a re-request of a live operation with another intent (409) does not free its slot', async () => {
+    const w = await seedWorld();
+    const ask = asker(w, 1);
+    const live = opId();
+    expect((await ask(live, 1)).status).toBe(201);
+    const other = await asker(w, 1, { desired: 'absent' })(live, 1);
+    expect(other.status).toBe(409);
+    expect(other.body.error.code).toBe('intent_mismatch');
+    const next = await ask(opId(), 2);
+    expect(next.status, JSON.stringify(next.body)).toBe(429);
+    expect(await ticketsOf(w.actors[0]!)).toBe(1);
+  });
+
+  it('a new operation whose request fails takes no slot; a slot frees only when a ticket ends', async () => {
+    const w = await seedWorld();
+    const ask = asker(w, 1);
+    const first = opId();
+    const holder = await hold(OPERATION_LOCK_SQL, [[w.actors[0], first]]);
+    const impatient = asker(w, 1, {
+      env: { REACTION_LOCK_TIMEOUT_MS: '200', REACTION_TX_BUDGET_MS: '5000' },
+    });
+    const pending = impatient(first, 1);
+    await blockedCount(holder.pid, 1);
+    expect((await pending).status).toBe(503);
+    await holder.query('commit');
+    const live = opId();
+    const issued = await ask(live, 2);
+    expect(issued.status).toBe(201);
+    expect((await ask(opId(), 3)).status).toBe(429);
+    // Retiring the live ticket ends it: exactly one slot frees.
+    const retired = await call('POST', `/v1/reaction-operations/${live}/retire`, {
+      token: w.tokens[0]!,
+      body: { ticket: issued.body.ticket },
+    });
+    expect(retired.status).toBe(200);
+    expect((await ask(opId(), 4)).status).toBe(201);
+    expect((await ask(opId(), 5)).status).toBe(429);
   });
 });

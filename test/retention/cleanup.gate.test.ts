@@ -1,6 +1,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { setDbClockOffset, testPool } from '../helpers/db';
 import {
+  opId,
   put,
   reactions,
   reopenLegacyContract,
@@ -57,16 +58,16 @@ describe('after deletion, a delayed request still cannot apply', () => {
     const w = await seedWorld();
     const [token, message, actor] = [w.tokens[0]!, w.messages[0]!, w.actors[0]!];
     const applied = { messageId: message, emoji: '🧹', desired: 'present' as const };
-    const appliedOp = crypto.randomUUID();
+    const appliedOp = opId();
     const appliedTicket = await ticketFor(token, appliedOp, applied);
     expect((await put(token, appliedOp, appliedTicket, applied)).status).toBe(200);
     const retired = { messageId: message, emoji: '🗑', desired: 'present' as const };
-    const retiredOp = crypto.randomUUID();
+    const retiredOp = opId();
     const retiredTicket = await ticketFor(token, retiredOp, retired);
     expect((await retire(token, retiredOp, retiredTicket)).status).toBe(200);
     // The user removes the reaction later with a new operation.
     const removal = { ...applied, desired: 'absent' as const };
-    const removalOp = crypto.randomUUID();
+    const removalOp = opId();
     expect((await put(token, removalOp, await ticketFor(token, removalOp, removal), removal)).status).toBe(
       200,
     );

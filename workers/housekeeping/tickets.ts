@@ -7,12 +7,12 @@ type Q = Pick<PoolClient, 'query'>;
  *
  * Why deletion is safe: every write or retirement with a ticket first looks the ticket up by
  * its ID (workers/reaction-tickets/operations.ts, lockTicket); a deleted ticket is not found
- * and the request is refused as unissued (403 ticket_invalid), exactly as a forged one, so a
- * delayed write still never applies. Long before this, the ticket was already refused as
- * expired (410). Receipts keep their own `ticket_expires_at` (their FK is `on delete set
- * null`), so receipt and fence retention do not depend on the ticket row. Issuance for the
- * same operation ID stays refused (409) while its receipt or fence exists; an expired,
- * never-used ticket's ID is forgotten after the grace (docs/retention-rules.md).
+ * and the request gets the terminal 410 operation_outcome_unknown, so a delayed write still
+ * never applies. Long before this, the ticket was already refused as expired (410). Receipts
+ * keep their own `ticket_expires_at` (their FK is `on delete set null`), so receipt and fence
+ * retention do not depend on the ticket row. Issuance for the same operation ID stays refused
+ * (410) without any row: the ID carries its creation stamp, older than the admission window
+ * by then (workers/reaction-tickets/operation-id.ts, docs/retention-rules.md).
  * SKIP LOCKED: a ticket held by a request in flight (receipt FK lock) waits for the next run.
  */
 const PRUNE_TICKETS = `

@@ -132,3 +132,22 @@ export async function admitToMessage(
   if (!row.workspace_id || !row.conversation_id) throw new AppError('not_found', 'Message not found');
   return { workspaceId: row.workspace_id, conversationId: row.conversation_id };
 }
+
+/**
+ * Admission without a message (retirement): the actor exists and the token was issued at or
+ * after its last sign-out. Unknown actor or revoked session is 401.
+ */
+export async function admitActor(
+  db: Queryable,
+  actorId: string,
+  issuedAt: number | undefined,
+): Promise<void> {
+  const { rows } = await db.query<{ signed_out_s: string | null }>(
+    'select floor(extract(epoch from signed_out_at))::bigint as signed_out_s from private.actors where id = $1',
+    [actorId],
+  );
+  const actor = rows[0];
+  if (!actor) throw new AppError('unauthorized', 'Unknown actor');
+  if (actor.signed_out_s !== null && (issuedAt ?? 0) < Number(actor.signed_out_s))
+    throw new AppError('unauthorized', 'Session ended by sign-out');
+}

@@ -1,12 +1,13 @@
 import { AppError } from '../errors';
 import { admitLegacyWrite } from './contract';
-import { admitToMessage } from './directory';
+import { admitActor, admitToMessage } from './directory';
 import { lockMessage, lockOperation, lockRetirement } from './locks';
+import { operationStampMs } from './operation-id';
 import type { Caller, RetireResult, WriteResult } from './operations';
 import { retiredError } from './operations';
 import { applyDesired, readReactions } from './reactions';
 import { findFence, findReceipt, insertFence, insertReceipt } from './receipts';
-import { findTicketByOperation, sameIntent } from './tickets';
+import { expiredError, findTicketByOperation, sameIntent } from './tickets';
 import { type Intent, type Queryable, toReceipt } from './types';
 
 /**
@@ -20,11 +21,33 @@ async function refuseTicketed(client: Queryable, actorId: string, operationId: s
     throw new AppError('ticket_required', 'This operation has a ticket; send it');
 }
 
+/**
+ * An ID stamped as a ticket-contract operation (UUIDv7) older than the admission window is
+ * refused here too: once housekeeping has deleted its ticket, refuseTicketed no longer sees
+ * it, and the ticketless path must not become a way back for a forgotten operation. Legacy
+ * clients' own IDs (no stamp) keep the legacy contract's behaviour.
+ */
+async function refuseStampedPastWindow(
+  client: Queryable,
+  operationId: string,
+  windowSeconds: number,
+  messageId: string,
+): Promise<void> {
+  const stampMs = operationStampMs(operationId);
+  if (stampMs === null) return;
+  const { rows } = await client.query<{ now: Date }>('select app_now() as now');
+  const nowMs = rows[0]!.now.valueOf();
+  const expiredAt = stampMs + windowSeconds * 1000;
+  if (expiredAt <= nowMs)
+    throw await expiredError(client, { operationId, stampMs, expiredAt, nowMs, receipt: null, messageId });
+}
+
 export async function applyLegacy(
   client: Queryable,
   caller: Caller,
   operationId: string,
   intent: Intent,
+  windowSeconds: number,
 ): Promise<WriteResult> {
   await admitLegacyWrite(client);
   await lockOperation(client, caller.actorId, operationId);
@@ -40,6 +63,8 @@ export async function applyLegacy(
       message: (await readReactions(client, prior.message_id))!,
     };
   }
+  // A replay of a receipt above mutates nothing; a new application must be inside the window.
+  await refuseStampedPastWindow(client, operationId, windowSeconds, intent.messageId);
   await lockRetirement(client, caller.actorId, operationId);
   if (await findFence(client, caller.actorId, operationId))
     throw await retiredError(client, operationId, intent.messageId);
@@ -83,14 +108,7 @@ export async function retireLegacy(
   await admitLegacyWrite(client);
   await lockOperation(client, caller.actorId, operationId);
   await refuseTicketed(client, caller.actorId, operationId);
-  const { rows } = await client.query<{ signed_out_s: string | null }>(
-    'select floor(extract(epoch from signed_out_at))::bigint as signed_out_s from private.actors where id = $1',
-    [caller.actorId],
-  );
-  const actor = rows[0];
-  if (!actor) throw new AppError('unauthorized', 'Unknown actor');
-  if (actor.signed_out_s !== null && (caller.issuedAt ?? 0) < Number(actor.signed_out_s))
-    throw new AppError('unauthorized', 'Session ended by sign-out');
+  await admitActor(client, caller.actorId, caller.issuedAt);
   const prior = await findReceipt(client, caller.actorId, operationId);
   if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message: null };
   await lockRetirement(client, caller.actorId, operationId);

@@ -1,5 +1,5 @@
 import { AppError } from '../errors';
-import { admitToMessage } from './directory';
+import { admitActor, admitToMessage } from './directory';
 import { guardedApply } from './guarded-apply';
 import { lockMessage, lockOperation, lockRetirement } from './locks';
 import { readReactions } from './reactions';
@@ -49,19 +49,53 @@ const FENCE_SQL = `
   select exists (select 1 from private.chat_retired_reaction_operations
                  where actor_id = $1 and operation_id = $2) as fenced, app_now() as now`;
 
-/** Operation lock, then the ticket's binding (actor, operation) and admission. */
-async function lockTicket(client: Queryable, caller: Caller, operationId: string, ticketId: string) {
+/**
+ * Operation lock, then the ticket's binding (actor, operation) and admission. `messageId` is
+ * the message the request names (the write's intent; none for a retirement), used only to
+ * show the current state when the ticket is gone.
+ */
+async function lockTicket(
+  client: Queryable,
+  caller: Caller,
+  operationId: string,
+  ticketId: string,
+  messageId: string | null,
+) {
   await lockOperation(client, caller.actorId, operationId);
   const { rows } = await client.query<TicketRow & { now: Date; receipt: ReceiptRow | null }>(TICKET_SQL, [
     ticketId,
   ]);
   const row = rows[0];
+  if (!row) throw await forgottenError(client, caller, operationId, messageId);
   // Forged IDs fail the MAC before this; foreign or re-targeted tickets fail here.
-  if (!row || row.actor_id !== caller.actorId || row.operation_id !== operationId)
+  if (row.actor_id !== caller.actorId || row.operation_id !== operationId)
     throw new AppError('ticket_invalid', 'The ticket is not valid for this actor and operation');
   await admitToMessage(client, caller.actorId, caller.issuedAt, row.message_id);
   const { now, receipt, ...ticket } = row;
   return { ticket: ticket as TicketRow, prior: receipt, now };
+}
+
+/**
+ * A ticket whose MAC verifies was issued by this server; if its row is gone, housekeeping
+ * deleted it (long after its expiry) or its message went away. Its operation can never apply
+ * again (any write needs the row), but whether it applied before is no longer known here: a
+ * terminal answer that says exactly that, with the current state to read. Never 403, which
+ * would claim the operation was never accepted (issue 15 item 5).
+ */
+async function forgottenError(
+  client: Queryable,
+  caller: Caller,
+  operationId: string,
+  messageId: string | null,
+): Promise<AppError> {
+  if (messageId) await admitToMessage(client, caller.actorId, caller.issuedAt, messageId);
+  else await admitActor(client, caller.actorId, caller.issuedAt);
+  return new AppError(
+    'operation_outcome_unknown',
+    'This operation is no longer known to the server; stop replaying it. Whether it applied is ' +
+      'reflected in the current reactions. A new reaction needs a new operation ID.',
+    { operationId, message: messageId ? await readReactions(client, messageId) : null },
+  );
 }
 
 /** Retirement lock, then fresh time and whether the operation is fenced. */
@@ -81,7 +115,7 @@ export async function applyWithTicket(
   ticketId: string,
   intent: Intent,
 ): Promise<WriteResult> {
-  const { ticket, prior, now } = await lockTicket(client, caller, operationId, ticketId);
+  const { ticket, prior, now } = await lockTicket(client, caller, operationId, ticketId, intent.messageId);
   if (!sameIntent(ticket, intent))
     throw new AppError('intent_mismatch', 'The request does not match the intent bound to this ticket');
   if (isExpired(now, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
@@ -123,7 +157,7 @@ export async function retireWithTicket(
   operationId: string,
   ticketId: string,
 ): Promise<RetireResult> {
-  const { ticket, prior, now } = await lockTicket(client, caller, operationId, ticketId);
+  const { ticket, prior, now } = await lockTicket(client, caller, operationId, ticketId, null);
   if (isExpired(now, ticket)) await throwExpired(client, ticket, prior && toReceipt(prior));
   const message = await readReactions(client, ticket.message_id);
   if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message };

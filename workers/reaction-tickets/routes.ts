@@ -73,7 +73,7 @@ reactionApi.openapi(
     responses: {
       200: json(S.Ticket, 'The same ticket again (a retried issuance)'),
       201: json(S.Ticket, 'A new ticket'),
-      ...S.errors(400, 401, 404, 409, 410, 413, 429, 503),
+      ...S.errors(400, 401, 404, 409, 410, 413, 422, 429, 503),
     },
   }),
   async (c) => {
@@ -134,7 +134,7 @@ reactionApi.openapi(
     const intent = { messageId: body.messageId, emoji: body.emoji, desired: body.desired };
     if (body.ticket === undefined) {
       const result = await runReactionTx(c.var.db(), config, (client) =>
-        applyLegacy(client, caller, operationId, intent),
+        applyLegacy(client, caller, operationId, intent, config.REACTION_TICKET_TTL_SECONDS),
       );
       return c.json(result, 200);
     }

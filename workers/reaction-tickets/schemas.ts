@@ -1,5 +1,6 @@
 import { z } from '@hono/zod-openapi';
 import { ERROR_STATUS } from '../errors';
+import { operationStampMs } from './operation-id';
 import { normalizeEmoji } from './types';
 
 /** zod schemas of the /v1 reaction API: they validate requests and generate /v1/openapi.json. */
@@ -26,7 +27,20 @@ export const Desired = z
 
 export const IntentBody = z.object({ messageId: Id, emoji: Emoji, desired: Desired });
 
-export const TicketRequest = IntentBody.extend({ operationId: OperationId })
+/**
+ * A new ticket needs an operation ID that carries its creation time (UUIDv7, stamped when the
+ * choice was made): the server admits an operation only inside the window after that stamp.
+ */
+export const StampedOperationId = OperationId.refine((id) => operationStampMs(id) !== null, {
+  message: 'operationId must be a UUIDv7 stamped when the choice was made',
+}).openapi({
+  description:
+    'UUIDv7 minted when the user made the choice (its first 48 bits are the creation time, Unix ms, on the ' +
+    "client's estimate of server time); one per reaction choice, never re-stamped",
+  example: '01937a4e-8c2b-7d3e-9c1a-0f0f2b7c9d11',
+});
+
+export const TicketRequest = IntentBody.extend({ operationId: StampedOperationId })
   .strict()
   .openapi('TicketRequest');
 

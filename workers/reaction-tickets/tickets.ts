@@ -1,13 +1,21 @@
 import { AppError } from '../errors';
 import type { Admission } from './directory';
 import { lockIssuance, lockOperation } from './locks';
+import { operationStampMs } from './operation-id';
 import { readReactions } from './reactions';
-import type { Intent, Queryable, TicketRow } from './types';
+import { findReceipt } from './receipts';
+import { type Intent, type Queryable, type Receipt, type TicketRow, toReceipt } from './types';
 
 /**
  * Ticket issuance and lookup. One ticket per (actor, operation ID); issuing again with the
  * same intent returns the same ticket (a retried request after a lost response), with a
  * different intent is 409, and after expiry is 410: a new reaction needs a new operation ID.
+ *
+ * The admission window (`ttlSeconds`, REACTION_TICKET_TTL_SECONDS) runs from the operation's
+ * creation, stamped in its ID (operation-id.ts), not from issuance: an operation stamped more
+ * than the window ago never gets a ticket (410), and a ticket expires at most the window after
+ * its operation's stamp. So no operation older than the window can be admitted, even after
+ * housekeeping deleted its ticket and the cleanup its receipt: the refusal needs no row.
  */
 export interface IssueInput {
   actorId: string;
@@ -23,22 +31,33 @@ export interface IssueInput {
 /** Retry-After for a full actor: until its first outstanding ticket expires, at most a minute. */
 const MAX_OUTSTANDING_RETRY_S = 60;
 
+/**
+ * How far ahead of database time an operation's stamp may be (device clocks run fast). A
+ * stamp further ahead is refused (422, with the server time so the client can correct its
+ * clock), because it would keep its operation admissible for longer than the window.
+ */
+export const MAX_FUTURE_STAMP_MS = 5 * 60_000;
+
 export function sameIntent(t: Pick<TicketRow, 'message_id' | 'emoji' | 'desired'>, i: Intent): boolean {
   return t.message_id === i.messageId && t.emoji === i.emoji && t.desired === i.desired;
 }
 
-// One app_now() for both columns, so the window is exactly the configured TTL.
+// One app_now() for both columns. The expiry is the window after the operation's stamp (or
+// after now, for a stamp up to MAX_FUTURE_STAMP_MS ahead), never later.
 const INSERT_SQL = `
   with n as (select app_now() as now)
   insert into private.reaction_tickets
     (actor_id, operation_id, workspace_id, conversation_id, message_id, emoji, desired, key_version,
      created_at, expires_at)
-  select $1, $2, $3, $4, $5, $6, $7, $8, n.now, n.now + $9 * interval '1 second' from n
+  select $1, $2, $3, $4, $5, $6, $7, $8, n.now,
+    least(n.now, to_timestamp($10::double precision / 1000)) + $9 * interval '1 second' from n
   on conflict (actor_id, operation_id) do nothing
   returning *`;
 
-const USED_SQL = `
-  select exists (select 1 from private.chat_reaction_operations where actor_id = $1 and operation_id = $2)
+// Read in the statement after the operation lock: fresh time and whether the ID was used.
+const STATE_SQL = `
+  select (extract(epoch from app_now()) * 1000)::bigint as now_ms,
+    exists (select 1 from private.chat_reaction_operations where actor_id = $1 and operation_id = $2)
       or exists (select 1 from private.chat_retired_reaction_operations where actor_id = $1 and operation_id = $2)
     as used`;
 
@@ -51,6 +70,9 @@ export async function issueTicket(
   input: IssueInput,
 ): Promise<{ ticket: TicketRow; replayed: boolean }> {
   const { actorId, operationId, intent, admission } = input;
+  const stampMs = operationStampMs(operationId);
+  if (stampMs === null)
+    throw new AppError('validation_failed', 'operationId must be a UUIDv7 stamped when the choice was made');
   await lockOperation(client, actorId, operationId);
   const existing = await findTicketByOperation(client, actorId, operationId);
   if (existing) {
@@ -60,11 +82,37 @@ export async function issueTicket(
       'select app_now() >= $1::timestamptz as expired',
       [existing.expires_at],
     );
-    if (rows[0]!.expired) await throwExpired(client, existing, null);
+    if (rows[0]!.expired) {
+      const receipt = await findReceipt(client, actorId, operationId);
+      await throwExpired(client, existing, receipt && toReceipt(receipt));
+    }
     return { ticket: existing, replayed: true };
   }
-  const { rows: used } = await client.query<{ used: boolean }>(USED_SQL, [actorId, operationId]);
-  if (used[0]!.used) throw new AppError('conflict', 'This operation ID was already used; choose a new one');
+  const { rows: state } = await client.query<{ now_ms: string; used: boolean }>(STATE_SQL, [
+    actorId,
+    operationId,
+  ]);
+  const nowMs = Number(state[0]!.now_ms);
+  if (stampMs > nowMs + MAX_FUTURE_STAMP_MS)
+    throw new AppError(
+      'operation_clock_skew',
+      'The operation ID is stamped in the future; stamp new choices with server time',
+      { operationId, stampedAt: iso(stampMs), serverTime: iso(nowMs), maxFutureSkewMs: MAX_FUTURE_STAMP_MS },
+    );
+  // Past the window (whatever was kept or deleted): terminal, with the receipt if one is kept.
+  const expiresMs = stampMs + input.ttlSeconds * 1000;
+  if (expiresMs <= nowMs) {
+    const receipt = await findReceipt(client, actorId, operationId);
+    throw await expiredError(client, {
+      operationId,
+      stampMs,
+      expiredAt: expiresMs,
+      nowMs,
+      receipt: receipt && toReceipt(receipt),
+      messageId: intent.messageId,
+    });
+  }
+  if (state[0]!.used) throw new AppError('conflict', 'This operation ID was already used; choose a new one');
   await assertUnderOutstandingBound(client, actorId, input.maxOutstanding);
   const { rows } = await client.query<TicketRow>(INSERT_SQL, [
     actorId,
@@ -76,9 +124,12 @@ export async function issueTicket(
     intent.desired,
     input.keyVersion,
     input.ttlSeconds,
+    stampMs,
   ]);
   return { ticket: rows[0]!, replayed: false };
 }
+
+const iso = (ms: number) => new Date(ms).toISOString();
 
 export async function findTicketByOperation(
   client: Queryable,
@@ -137,18 +188,47 @@ async function assertUnderOutstandingBound(client: Queryable, actorId: string, m
 /**
  * The terminal expiry answer: 410 operation_expired with the exact current reactions. It
  * carries the receipt when one is still retained and never says the operation did not apply.
+ * `serverTime` lets a client correct the clock it stamps new operations with.
  */
-export async function throwExpired(client: Queryable, ticket: TicketRow, receipt: unknown): Promise<never> {
-  const current = await readReactions(client, ticket.message_id);
-  throw new AppError(
+export async function expiredError(
+  client: Queryable,
+  e: {
+    operationId: string;
+    stampMs?: number | null;
+    expiredAt: number | Date;
+    nowMs?: number;
+    receipt: Receipt | null;
+    messageId: string;
+  },
+): Promise<AppError> {
+  const current = await readReactions(client, e.messageId);
+  const now =
+    e.nowMs ?? (await client.query<{ now: Date }>('select app_now() as now')).rows[0]!.now.valueOf();
+  return new AppError(
     'operation_expired',
     'This operation expired; stop replaying it. The reactions shown are the current truth; ' +
-      'whether it applied earlier is reflected there. A new reaction needs a new ticket.',
+      'whether it applied earlier is reflected there. A new reaction needs a new operation ID.',
     {
-      operationId: ticket.operation_id,
-      expiredAt: new Date(ticket.expires_at).toISOString(),
-      receipt,
+      operationId: e.operationId,
+      stampedAt: e.stampMs == null ? null : iso(e.stampMs),
+      expiredAt: new Date(e.expiredAt).toISOString(),
+      serverTime: iso(Number(now)),
+      receipt: e.receipt,
       message: current,
     },
   );
+}
+
+export async function throwExpired(
+  client: Queryable,
+  ticket: TicketRow,
+  receipt: Receipt | null,
+): Promise<never> {
+  throw await expiredError(client, {
+    operationId: ticket.operation_id,
+    stampMs: operationStampMs(ticket.operation_id),
+    expiredAt: ticket.expires_at,
+    receipt,
+    messageId: ticket.message_id,
+  });
 }

@@ -21,6 +21,7 @@ export type Catalogue = Record<string, Partial<LocaleMessages>>;
 
 export const RECOVERY_ACTION: Record<RecoveryKind, RecoveryAction> = {
   expired: 'react_again',
+  unknown: 'react_again',
   retired: 'react_again',
   rejected: 'react_again',
   permission_lost: 'dismiss',
@@ -33,6 +34,11 @@ const en: LocaleMessages = {
   expired: {
     title: 'Reaction not confirmed',
     body: 'We could not confirm your {emoji} reaction in time. {state}',
+    actionLabel: 'React again',
+  },
+  unknown: {
+    title: 'Reaction status unknown',
+    body: 'We can no longer confirm whether your {emoji} reaction was saved. {state}',
     actionLabel: 'React again',
   },
   retired: {
@@ -74,6 +80,11 @@ const vi: LocaleMessages = {
   expired: {
     title: 'Chưa xác nhận được cảm xúc',
     body: 'Không thể xác nhận kịp cảm xúc {emoji} của bạn. {state}',
+    actionLabel: 'Thả lại cảm xúc',
+  },
+  unknown: {
+    title: 'Không rõ trạng thái cảm xúc',
+    body: 'Chúng tôi không còn xác nhận được cảm xúc {emoji} của bạn đã được lưu hay chưa. {state}',
     actionLabel: 'Thả lại cảm xúc',
   },
   retired: {

@@ -1,9 +1,11 @@
+import { mintOperationId } from '../../../workers/reaction-tickets/operation-id';
 import { normalizeEmoji } from '../../../workers/reaction-tickets/types';
 import type { Intent } from './api-types';
 import type { JournalEntry } from './entry';
 import { Journal } from './journal';
 import { type BackoffOptions, Replayer } from './replay';
 import { type Scheduler, systemScheduler } from './scheduler';
+import { ServerClock } from './server-clock';
 import type { KeyValueStore } from './storage';
 import { type FetchLike, Transport } from './transport';
 
@@ -24,7 +26,8 @@ export interface ReactionClientOptions {
   batchSize?: number;
   /** Replay on its own via the scheduler (default true); tests may call sync() instead. */
   autoSync?: boolean;
-  newOperationId?: () => string;
+  /** Mints an operation ID stamped `stampMs` (default: a UUIDv7; the server requires one). */
+  newOperationId?: (stampMs: number) => string;
 }
 
 export interface Session {
@@ -45,6 +48,9 @@ export class ReactionClient {
   private readonly journal: Journal;
   private readonly replayer: Replayer;
   private readonly scheduler: Scheduler;
+  private readonly clock: ServerClock;
+  private readonly mint = (stampMs: number) =>
+    this.opts.newOperationId?.(stampMs) ?? mintOperationId(stampMs);
   private readonly listeners = new Set<(e: JournalEntry) => void>();
   private session: Session | null = null;
   /**
@@ -74,7 +80,16 @@ export class ReactionClient {
       random: Math.random,
       ...opts.backoff,
     };
-    this.replayer = new Replayer(this.journal, transport, this.scheduler, backoff, (e) => this.emit(e));
+    this.clock = new ServerClock(opts.storage, this.scheduler);
+    this.replayer = new Replayer(
+      this.journal,
+      transport,
+      this.scheduler,
+      backoff,
+      (e) => this.emit(e),
+      this.clock,
+      this.mint,
+    );
   }
 
   get sessionState(): SessionState {
@@ -126,10 +141,15 @@ export class ReactionClient {
     if (!actorId) throw new Error('choose() needs a signed-in actor');
     const canonical: Intent = { ...intent, emoji: normalizeEmoji(intent.emoji) };
     const now = this.scheduler.now();
+    // Stamped with the server's time as this device knows it: the server admits an operation
+    // only inside the window after its stamp.
+    const stamp = await this.clock.now();
     const entry: JournalEntry = {
       v: 1,
       actorId,
-      operationId: this.opts.newOperationId?.() ?? crypto.randomUUID(),
+      operationId: this.mint(stamp),
+      restampedFrom: null,
+      restamps: 0,
       seq: await this.journal.nextSeq(actorId),
       intent: canonical,
       createdAt: now,

@@ -7,13 +7,19 @@ import type { ErrorCode } from './api-types';
  * - `retry`: transient; the operation stays in the journal and is replayed with backoff.
  * - `quota`: issuance refused (429); waits Retry-After, terminal after a few refusals.
  * - `session`: the token is refused (expired, signed out); the journal waits for sign-in.
+ * - `restamp`: the operation ID's creation stamp is ahead of server time (device clock fast);
+ *   nothing was issued under it, so the choice gets a new ID stamped on server time.
  * - the rest are terminal for the operation: stop replaying and reconcile.
+ *   `unknown`: the server no longer knows the operation (its ticket was deleted long after
+ *   expiry); whether it applied shows only in the current state, which the entry records.
  */
-export type TerminalKind = 'expired' | 'retired' | 'permission_lost' | 'quota' | 'rejected';
-export type Disposition = 'retry' | 'quota' | 'session' | Exclude<TerminalKind, 'quota'>;
+export type TerminalKind = 'expired' | 'unknown' | 'retired' | 'permission_lost' | 'quota' | 'rejected';
+export type Disposition = 'retry' | 'quota' | 'session' | 'restamp' | Exclude<TerminalKind, 'quota'>;
 
 export const DISPOSITION: Record<ErrorCode, Disposition> = {
   operation_expired: 'expired',
+  operation_outcome_unknown: 'unknown',
+  operation_clock_skew: 'restamp',
   gone: 'expired',
   operation_retired: 'retired',
   not_found: 'permission_lost',

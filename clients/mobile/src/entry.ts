@@ -8,11 +8,20 @@ import type { TerminalKind } from './dispositions';
 export interface JournalEntry {
   v: 1;
   actorId: string;
-  /** Minted once, when the choice is made; every replay reuses it. */
+  /**
+   * A UUIDv7 stamped when the choice is made (server time as the device estimates it); every
+   * replay reuses it. Changed only when the server refused the stamp as ahead of its clock
+   * (nothing was issued under it): see `restampedFrom`.
+   */
   operationId: string;
+  /** The ID this entry had before its last re-stamp (a journal load drops a leftover copy). */
+  restampedFrom?: string | null;
+  /** Re-stamps so far (bounded). Absent in entries journaled before re-stamping existed. */
+  restamps?: number;
   /** Order of choices on this device; a higher seq is a newer choice. */
   seq: number;
   intent: Intent;
+  /** When the choice was made, on the device clock. */
   createdAt: number;
   ticket: { token: string; expiresAt: string } | null;
   /** An issuance went out: a ticket may exist on the server even if we never saw it. */

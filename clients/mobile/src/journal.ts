@@ -34,6 +34,18 @@ export class Journal {
     await this.store.setItem(keyOf(entry.actorId, entry.operationId), JSON.stringify(entry));
   }
 
+  /**
+   * Persists `entry` under its new operation ID, then drops the key of `fromId`. A crash in
+   * between leaves both; the next load keeps only the re-stamped one (`restampedFrom`).
+   */
+  async rename(entry: JournalEntry, fromId: string): Promise<void> {
+    const entries = await this.load(entry.actorId);
+    entries.delete(fromId);
+    entries.set(entry.operationId, entry);
+    await this.store.setItem(keyOf(entry.actorId, entry.operationId), JSON.stringify(entry));
+    await this.store.removeItem(keyOf(entry.actorId, fromId));
+  }
+
   async remove(actorId: string, operationId: string): Promise<void> {
     (await this.load(actorId)).delete(operationId);
     await this.store.removeItem(keyOf(actorId, operationId));
@@ -90,6 +102,12 @@ export class Journal {
       if (!raw) continue;
       const entry = JSON.parse(raw) as JournalEntry;
       if (entry.v === 1) entries.set(entry.operationId, entry);
+    }
+    // A re-stamp interrupted between its two writes: the old copy was never issued; drop it.
+    for (const entry of [...entries.values()]) {
+      if (!entry.restampedFrom || !entries.has(entry.restampedFrom)) continue;
+      entries.delete(entry.restampedFrom);
+      await this.store.removeItem(keyOf(actorId, entry.restampedFrom));
     }
     return entries;
   }

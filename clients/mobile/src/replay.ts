@@ -1,8 +1,10 @@
+import { operationStampMs } from '../../../workers/reaction-tickets/operation-id';
 import type { ExpiredDetails, MessageReactions, Receipt } from './api-types';
 import { dispositionOf } from './dispositions';
 import { type JournalEntry, type Outcome, reflectedIn } from './entry';
 import type { Journal } from './journal';
 import type { Scheduler } from './scheduler';
+import type { ServerClock } from './server-clock';
 import type { ApiResult, Transport } from './transport';
 
 /**
@@ -19,6 +21,9 @@ export interface BackoffOptions {
   random: () => number;
 }
 
+/** Re-stamps of one choice before its stamp refusal becomes terminal (`rejected`). */
+const MAX_RESTAMPS = 2;
+
 /**
  * What a step ended with: done (terminal), later (backoff), session (token refused), or
  * stopped (signed out mid-step: nothing recorded about the request, it resumes on sign-in).
@@ -34,6 +39,8 @@ export class Replayer {
     private readonly scheduler: Scheduler,
     private readonly backoff: BackoffOptions,
     private readonly changed: (e: JournalEntry) => void,
+    private readonly clock: ServerClock,
+    private readonly mint: (stampMs: number) => string,
   ) {}
 
   /** `stop` is the session's sign-out signal: every request of this step checks it first. */
@@ -45,6 +52,8 @@ export class Replayer {
       await this.save(entry);
       const issued = await this.transport.issue(token, entry.operationId, entry.intent, stop);
       if (issued.kind !== 'ok') return this.failed(entry, token, issued, stop);
+      // A new ticket's issuedAt is the server's time now (a replayed one's is older).
+      if (!issued.body.replayed) await this.clock.learn(issued.body.issuedAt);
       entry.ticket = { token: issued.body.ticket, expiresAt: issued.body.expiresAt };
       entry.quotaRefusals = 0;
       await this.save(entry);
@@ -81,7 +90,15 @@ export class Replayer {
     // Signed out: not an attempt; the entry stays as persisted before the request.
     if (res.kind === 'stopped') return 'stopped';
     if (res.kind === 'unknown') return this.later(entry, res.reason, null);
+    await this.clock.learn((res.details as { serverTime?: unknown } | null)?.serverTime);
     const disposition = dispositionOf(res.code, res.status);
+    if (disposition === 'restamp') {
+      // Only issuance judges stamps, so no ticket exists under this ID, and none ever did:
+      // its stamp was ahead of server time at every earlier try too.
+      if (!entry.ticket && !entry.supersededBy && (entry.restamps ?? 0) < MAX_RESTAMPS)
+        return this.restamp(entry, token);
+      return this.finish(entry, entry.supersededBy ? 'superseded' : 'rejected', res.code, {}, token);
+    }
     if (disposition === 'retry') return this.later(entry, res.code, res.retryAfterMs);
     if (disposition === 'session') {
       entry.lastError = res.code;
@@ -102,11 +119,31 @@ export class Replayer {
     };
     // A replaced choice that can no longer apply (expired, retired) has reached its goal.
     const outcome: Outcome =
-      entry.supersededBy && (disposition === 'expired' || disposition === 'retired')
+      entry.supersededBy &&
+      (disposition === 'expired' || disposition === 'retired' || disposition === 'unknown')
         ? 'superseded'
         : disposition;
     if (disposition === 'permission_lost') known.message = null;
     return this.finish(entry, outcome, res.code, known, token, stop);
+  }
+
+  /**
+   * The server refused the operation's stamp as ahead of its clock: the same choice gets a
+   * new ID stamped when it was made, on the corrected clock. A re-stamp only ever moves the
+   * stamp back (never makes a choice younger than its first stamp said), and the old ID was
+   * never issued, so nothing of it can apply.
+   */
+  private async restamp(entry: JournalEntry, token: string): Promise<StepEnd> {
+    const from = entry.operationId;
+    const corrected = entry.createdAt + (await this.clock.offset());
+    entry.operationId = this.mint(Math.min(corrected, operationStampMs(from) ?? corrected));
+    entry.restampedFrom = from;
+    entry.restamps = (entry.restamps ?? 0) + 1;
+    entry.issueSent = false;
+    entry.lastError = 'operation_clock_skew';
+    await this.journal.rename(entry, from);
+    this.changed(entry);
+    return this.step(entry, token);
   }
 
   private async later(entry: JournalEntry, why: string, retryAfterMs: number | null): Promise<StepEnd> {
