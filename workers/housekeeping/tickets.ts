@@ -15,15 +15,16 @@ type Q = Pick<PoolClient, 'query'>;
  * never-used ticket's ID is forgotten after the grace (docs/retention-rules.md).
  * SKIP LOCKED: a ticket held by a request in flight (receipt FK lock) waits for the next run.
  */
-const PRUNE_TICKETS = `
-with old as (
+export const PRUNE_TICKETS = `
+with now as materialized (select app_now() as t),
+old as (
   select id as old_id from private.reaction_tickets
-   where expires_at < app_now() - $1 * interval '1 millisecond'
+   where expires_at < (select t from now) - $1 * interval '1 millisecond'
    order by expires_at
    limit $2
    for update skip locked
 )
-delete from private.reaction_tickets using old where id = old_id`;
+delete from private.reaction_tickets where id = any(array(select old_id from old))`;
 
 export async function pruneExpiredTickets(q: Q, graceMs: number, batch: number): Promise<number> {
   const { rowCount } = await q.query(PRUNE_TICKETS, [graceMs, batch]);
