@@ -14,16 +14,25 @@ type Q = Pick<PoolClient, 'query'>;
  * (410) without any row: the ID carries its creation stamp, older than the admission window
  * by then (workers/reaction-tickets/operation-id.ts, docs/retention-rules.md).
  * SKIP LOCKED: a ticket held by a request in flight (receipt FK lock) waits for the next run.
+ *
+ * Bounded at any table size (issue 15, docs/retention.md "Statement plans"): app_now() is read
+ * once, so the cutoff is the expiry index's `Index Cond` and a run with nothing due reads a
+ * few pages (compared per row, volatile, it walked the whole index). The batch is deleted by
+ * ctid, straight from the heap pages the expiry scan just read: by id it was 1,000 descents of
+ * the random-UUID primary key. Ticket rows are never updated; one that were updated after this
+ * statement's snapshot would keep an invisible ctid and wait for the next run. Each delete
+ * sets its receipt's ticket_id to null through the foreign key, by 0088's index.
  */
-const PRUNE_TICKETS = `
-with old as (
-  select id as old_id from private.reaction_tickets
-   where expires_at < app_now() - $1 * interval '1 millisecond'
+export const PRUNE_TICKETS = `
+with now as materialized (select app_now() as t),
+old as (
+  select ctid as old_ctid from private.reaction_tickets
+   where expires_at < (select t from now) - $1 * interval '1 millisecond'
    order by expires_at
    limit $2
    for update skip locked
 )
-delete from private.reaction_tickets using old where id = old_id`;
+delete from private.reaction_tickets where ctid = any(array(select old_ctid from old))`;
 
 export async function pruneExpiredTickets(q: Q, graceMs: number, batch: number): Promise<number> {
   const { rowCount } = await q.query(PRUNE_TICKETS, [graceMs, batch]);

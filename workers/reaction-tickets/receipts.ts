@@ -1,4 +1,6 @@
-import type { Desired, Outcome, Queryable, ReceiptRow, WriteContract } from './types';
+import type { Desired, FenceRow, Outcome, Queryable, ReceiptRow, WriteContract } from './types';
+
+export type { FenceRow } from './types';
 
 /** Operation receipts (private.chat_reaction_operations) and retirement fences. */
 export async function findReceipt(
@@ -51,13 +53,6 @@ export async function insertReceipt(client: Queryable, r: NewReceipt): Promise<R
     ],
   );
   return rows[0]!;
-}
-
-export interface FenceRow {
-  actor_id: string;
-  operation_id: string;
-  contract: WriteContract;
-  created_at: Date;
 }
 
 export async function findFence(

@@ -1,4 +1,14 @@
-/** Row and value types of the mobile reaction API; SQL lives in the modules that own each table. */
+import type { Selectable } from 'kysely';
+import type {
+  PrivateChatReactionOperations,
+  PrivateChatRetiredReactionOperations,
+  PrivateReactionTickets,
+} from '../db/schema.generated';
+
+/**
+ * Row and value types of the mobile reaction API; SQL lives in the modules that own each table.
+ * Table rows derive from the generated schema types (`npm run db:types`).
+ */
 export type Desired = 'present' | 'absent';
 export type Outcome = 'added' | 'removed' | 'unchanged';
 export type WriteContract = 'ticket' | 'legacy';
@@ -10,35 +20,28 @@ export interface Intent {
   desired: Desired;
 }
 
-export interface TicketRow {
-  id: string;
-  actor_id: string;
-  operation_id: string;
-  workspace_id: string;
-  conversation_id: string;
-  message_id: string;
-  emoji: string;
-  desired: Desired;
-  key_version: string;
-  created_at: Date;
-  expires_at: Date;
-}
+/**
+ * A generated row (workers/db/schema.generated.ts, from the migrations) with text columns
+ * narrowed to the values their CHECK constraints allow. Each narrowed column must exist in the
+ * row and its type must fit the generated one, so a renamed or retyped column fails typecheck.
+ */
+type Checked<Row, Narrow extends { [K in keyof Narrow]: K extends keyof Row ? Row[K] : never }> = Omit<
+  Row,
+  keyof Narrow
+> &
+  Narrow;
 
-export interface ReceiptRow {
-  actor_id: string;
-  operation_id: string;
-  workspace_id: string;
-  conversation_id: string;
-  message_id: string;
-  emoji: string;
-  desired: Desired;
-  outcome: Outcome;
-  reaction_version: string;
-  contract: WriteContract;
-  ticket_id: string | null;
-  ticket_expires_at: Date | null;
-  created_at: Date;
-}
+/** private.reaction_tickets, as `select *` returns it. */
+export type TicketRow = Checked<Selectable<PrivateReactionTickets>, { desired: Desired }>;
+
+/** private.chat_reaction_operations (operation receipts), as `select *` returns it. */
+export type ReceiptRow = Checked<
+  Selectable<PrivateChatReactionOperations>,
+  { desired: Desired; outcome: Outcome; contract: WriteContract }
+>;
+
+/** private.chat_retired_reaction_operations (retirement fences), as `select *` returns it. */
+export type FenceRow = Checked<Selectable<PrivateChatRetiredReactionOperations>, { contract: WriteContract }>;
 
 /** The receipt as clients see it; a replay returns exactly the same object. */
 export interface Receipt {

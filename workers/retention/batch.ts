@@ -1,6 +1,7 @@
 import type { PoolClient } from '@neondatabase/serverless';
 import {
   ELIGIBLE,
+  NOW,
   type RetentionCursor,
   type RetentionLimits,
   type RetentionTable,
@@ -32,7 +33,7 @@ export interface BatchResult {
  */
 function deleteSql(table: RetentionTable): string {
   const name = TABLE_NAME[table];
-  return `with picked as (
+  return `with ${NOW}, picked as (
     select actor_id, operation_id, created_at from ${name}
     where ${ELIGIBLE}
       and (created_at, actor_id, operation_id) > ($3::timestamptz, $4::text, $5::text)
@@ -40,7 +41,10 @@ function deleteSql(table: RetentionTable): string {
     limit $6
     for update
   ), gone as (
-    delete from ${name} t using picked p
+    delete from ${name} t
+    using unnest(array(select actor_id from picked order by created_at, actor_id, operation_id),
+                 array(select operation_id from picked order by created_at, actor_id, operation_id))
+          as p(actor_id, operation_id)
     where t.actor_id = p.actor_id and t.operation_id = p.operation_id
     returning 1
   ), last as (
@@ -52,7 +56,10 @@ function deleteSql(table: RetentionTable): string {
   from (select 1) one left join last on true`;
 }
 
-const SQL: Record<RetentionTable, string> = { receipts: deleteSql('receipts'), fences: deleteSql('fences') };
+export const BATCH_SQL: Record<RetentionTable, string> = {
+  receipts: deleteSql('receipts'),
+  fences: deleteSql('fences'),
+};
 
 export async function deleteBatch(
   client: Pick<PoolClient, 'query'>,
@@ -68,7 +75,7 @@ export async function deleteBatch(
     created_at: string | null;
     actor_id: string | null;
     operation_id: string | null;
-  }>(SQL[table], [
+  }>(BATCH_SQL[table], [
     retentionMs(limits, table),
     limits.drainGraceMs,
     from.createdAt,

@@ -4,7 +4,8 @@ import type { Config } from '../env';
  * Which receipts and fences the cleanup may delete, as SQL over the stable key
  * (created_at, actor_id, operation_id) indexed by migration 0060.
  *
- * A row is eligible only when all of these hold, each decided from database time (app_now()):
+ * A row is eligible only when all of these hold, each decided from database time (app_now(),
+ * read once per statement: NOW):
  *  - it is older than its table's retention (30 days receipts, 90 days fences by default);
  *  - its ticket expired more than the drain grace ago, or, for a legacy-contract row (no
  *    ticket), the legacy contract drained more than the drain grace ago. A request admitted
@@ -46,15 +47,25 @@ export function retentionMs(limits: RetentionLimits, table: RetentionTable): num
 }
 
 /**
+ * Database time, read once per statement: every statement using ELIGIBLE starts with
+ * `with ${NOW}`. app_now() is volatile, so compared per row it is a filter that no index can
+ * bound: a scan with nothing eligible walked the whole index (issue 15). As an InitPlan
+ * parameter the cutoff is the scan's `Index Cond`, and the scan stops at the first row that
+ * is too young. Reading the time at the statement's start is the conservative side: every
+ * condition is "older than", so a row eligible then is eligible after any lock wait.
+ */
+export const NOW = 'now as materialized (select app_now() as t)';
+
+/**
  * The eligibility predicate; `$1` is the retention in ms, `$2` the drain grace in ms. The
  * first line is the index range bound; the legacy sub-select is uncorrelated (runs once).
  */
-export const ELIGIBLE = `created_at < app_now() - $1::bigint * interval '1 millisecond'
-  and (ticket_expires_at < app_now() - $2::bigint * interval '1 millisecond'
+export const ELIGIBLE = `created_at < (select t from now) - $1::bigint * interval '1 millisecond'
+  and (ticket_expires_at < (select t from now) - $2::bigint * interval '1 millisecond'
     or (contract = 'legacy' and exists (
       select 1 from private.write_contract_state s
       where s.contract = 'legacy_desired_state'
-        and s.drained_at < app_now() - $2::bigint * interval '1 millisecond')))`;
+        and s.drained_at < (select t from now) - $2::bigint * interval '1 millisecond')))`;
 
 /** The position of a sweep: a table and the last stable key done in it (null: its start). */
 export interface RetentionCursor {

@@ -1,6 +1,6 @@
 import type { PoolClient } from '@neondatabase/serverless';
 import { getLegacyContractStatus, type LegacyContractStatus } from '../reaction-tickets/contract';
-import { ELIGIBLE, type RetentionLimits } from './eligibility';
+import { ELIGIBLE, NOW, type RetentionLimits } from './eligibility';
 
 export interface Probe {
   contract: LegacyContractStatus;
@@ -18,12 +18,12 @@ export interface Probe {
  * more than `grace` ago, none of them can have admitted it. pg_stat_activity needs the
  * pg_read_all_stats role (or the same role as the API) to see other sessions' xact_start.
  */
-const PROBE_SQL = `select
+export const PROBE_SQL = `with ${NOW} select
     (select coalesce(max(extract(epoch from clock_timestamp() - xact_start) * 1000), 0)::bigint
        from pg_stat_activity
       where datname = current_database() and xact_start is not null and pid <> pg_backend_pid())
       as oldest_xact_ms,
-    extract(epoch from app_now() - least(
+    extract(epoch from (select t from now) - least(
       (select created_at from private.chat_reaction_operations where ${ELIGIBLE}
         order by created_at, actor_id, operation_id limit 1),
       (select created_at from private.chat_retired_reaction_operations where ${ELIGIBLE.replaceAll('$1', '$3')}
