@@ -1,14 +1,25 @@
 import { DurableObject } from 'cloudflare:workers';
 import { type Clock, Deadline, systemClock } from '../workers/clock';
 import { openPool } from '../workers/db/pool';
-import { withTx } from '../workers/db/tx';
+import { sqlState, withTx } from '../workers/db/tx';
 import { type Config, type Env, loadConfig } from '../workers/env';
 import { log } from '../workers/log';
+import { type Control, enableAtGeneration, fenceStop, readControl } from '../workers/retention/control';
 import { limitsFrom } from '../workers/retention/eligibility';
 import { checkPrerequisites, type Prerequisites } from '../workers/retention/prerequisites';
-import { type RunOutcome, runRetention } from '../workers/retention/run';
+import { type RunOutcome, runRetention, stopFenceBudgetMs } from '../workers/retention/run';
 import { CleanupStore, type RunRecord } from '../workers/retention/state';
-import type { EnableResult, RetentionStatus, ScheduledResult, StopResult } from '../workers/retention/types';
+import type {
+  EnableRequest,
+  EnableResult,
+  RetentionStatus,
+  ScheduledResult,
+  StopConfirmed,
+  StopResult,
+} from '../workers/retention/types';
+
+/** How long a status read waits for the control row. */
+const STATUS_DB_BUDGET_MS = 2000;
 
 /**
  * Singleton owner of the hourly receipt and fence cleanup (docs/retention.md). Starts
@@ -126,39 +137,96 @@ export class RetentionCleanup extends DurableObject<Env> {
     }
   }
 
-  async enable(budgets: { dbBatchBudget?: number; workerOpBudget?: number } = {}): Promise<EnableResult> {
+  /**
+   * Enable as a compare-and-set on the generation the operator read (status `control.generation`):
+   * the prerequisites and the database's generation are checked in one transaction, then the
+   * object turns execution on only if no stop was acknowledged here meanwhile. A stop at any
+   * point wins; enabling after it needs a new request carrying the new generation.
+   */
+  async enable(request: EnableRequest): Promise<EnableResult> {
     const config = this.config();
+    const store = this.store();
+    const ackAtStart = store.read().stopGeneration;
     const pool = openPool(config, 1);
-    let prerequisites: Prerequisites;
+    let checked: { prerequisites: Prerequisites; control: Control | null; current: number };
     try {
-      prerequisites = await withTx(pool, { budgetMs: config.RETENTION_BATCH_TIMEOUT_MS }, (c) =>
-        checkPrerequisites(c, config),
+      checked = await withTx(
+        pool,
+        { budgetMs: config.RETENTION_BATCH_TIMEOUT_MS, maxAttempts: 1 },
+        async (c) => {
+          const prerequisites = await checkPrerequisites(c, config);
+          if (!prerequisites.satisfied) return { prerequisites, control: null, current: -1 };
+          const control = await enableAtGeneration(c, request.generation);
+          return {
+            prerequisites,
+            control,
+            current: control?.generation ?? (await readControl(c)).generation,
+          };
+        },
       );
     } finally {
       await pool.end();
     }
-    if (!prerequisites.satisfied) return { enabled: false, reason: prerequisites.reason!, prerequisites };
+    const { prerequisites, control } = checked;
+    if (!prerequisites.satisfied)
+      return { enabled: false, refused: 'prerequisites', reason: prerequisites.reason!, prerequisites };
+    const changed = (generation: number): EnableResult => ({
+      enabled: false,
+      refused: 'generation_changed',
+      reason: `The stop generation is ${generation}, not ${request.generation}: a stop came first. Read the status and enable again.`,
+      generation,
+    });
+    if (!control) return changed(checked.current);
     const capped = {
       dbBatchBudget:
-        budgets.dbBatchBudget && Math.min(budgets.dbBatchBudget, config.RETENTION_DAILY_DB_BATCHES),
+        request.dbBatchBudget && Math.min(request.dbBatchBudget, config.RETENTION_DAILY_DB_BATCHES),
       workerOpBudget:
-        budgets.workerOpBudget && Math.min(budgets.workerOpBudget, config.RETENTION_DAILY_WORKER_OPS),
+        request.workerOpBudget && Math.min(request.workerOpBudget, config.RETENTION_DAILY_WORKER_OPS),
     };
-    this.store().enable(this.clock.now(), capped);
-    log.info('retention_enabled', { stopGeneration: this.store().read().stopGeneration });
-    return { enabled: true, reason: null, prerequisites, status: await this.status() };
+    // A stop acknowledged while the transaction ran bumped the stored generation; its own
+    // database fence (queued behind or after ours) turns the row off again.
+    if (!store.enableIf(ackAtStart, this.clock.now(), capped)) return changed(store.read().stopGeneration);
+    store.raiseStopGeneration(control.generation);
+    log.info('retention_enabled', { stopGeneration: control.generation });
+    return { enabled: true, refused: null, reason: null, prerequisites, status: await this.status() };
   }
 
+  /**
+   * Stop: (1) persist a new stop generation and disable here (the acknowledgement: no batch is
+   * admitted by this object after it); (2) the database fence, which waits for any batch
+   * transaction still holding the control row and moves the database's generation, so no
+   * batch admitted before, by this object or an earlier incarnation of it, can commit after
+   * the answer; (3) wait for the run to see the stop.
+   */
   async stop(): Promise<StopResult> {
+    const config = this.config();
     const store = this.store();
     const acknowledgedAt = this.clock.now();
-    const stopGeneration = store.bumpStopGeneration(acknowledgedAt);
+    const acknowledged = store.bumpStopGeneration(acknowledgedAt);
     // The generation is durable before execution is disabled (and before we answer).
     await this.ctx.storage.sync();
-    log.info('retention_stop_acknowledged', { stopGeneration });
+    log.info('retention_stop_acknowledged', { stopGeneration: acknowledged });
     store.disable();
     const admitted = this.inFlight;
-    let batch: StopResult['drained']['batch'] = null;
+    let control: Control;
+    const pool = openPool(config, 1);
+    try {
+      const budgetMs = stopFenceBudgetMs(config.RETENTION_BATCH_TIMEOUT_MS);
+      control = await withTx(pool, { budgetMs, maxAttempts: 1 }, (c) => fenceStop(c, acknowledged));
+    } catch (err) {
+      log.error('retention_stop_unconfirmed', { stopGeneration: acknowledged, error: err });
+      return {
+        confirmed: false,
+        stopGeneration: acknowledged,
+        acknowledgedAt,
+        enabled: false,
+        error: sqlState(err) ?? 'error',
+      };
+    } finally {
+      await pool.end();
+    }
+    store.raiseStopGeneration(control.generation);
+    let batch: StopConfirmed['drained']['batch'] = null;
     if (admitted) {
       batch = await admitted.then(
         (r) => {
@@ -173,7 +241,8 @@ export class RetentionCleanup extends DurableObject<Env> {
     const run = this.running ? await this.running.catch(() => null) : null;
     await this.ctx.storage.sync();
     return {
-      stopGeneration,
+      confirmed: true,
+      stopGeneration: control.generation,
       acknowledgedAt,
       enabled: false,
       completedAt: this.clock.now(),
@@ -182,7 +251,21 @@ export class RetentionCleanup extends DurableObject<Env> {
         batch,
         run: run && { outcome: run.outcome, batches: run.batches },
       },
+      control,
     };
+  }
+
+  /** The control row, or null when the database does not answer within a short budget. */
+  private async readControl(): Promise<Control | null> {
+    const pool = openPool(this.config(), 1);
+    try {
+      return await withTx(pool, { budgetMs: STATUS_DB_BUDGET_MS, maxAttempts: 1 }, readControl);
+    } catch (err) {
+      log.warn('retention_status_control_unavailable', { error: err });
+      return null;
+    } finally {
+      await pool.end();
+    }
   }
 
   async status(): Promise<RetentionStatus> {
@@ -190,6 +273,7 @@ export class RetentionCleanup extends DurableObject<Env> {
     return {
       enabled: s.enabled,
       stopGeneration: s.stopGeneration,
+      control: await this.readControl(),
       enabledAt: s.enabledAt,
       stopAcknowledgedAt: s.stopAcknowledgedAt,
       running: this.running !== null,

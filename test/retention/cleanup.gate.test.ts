@@ -9,7 +9,16 @@ import {
   snapshot,
   ticketFor,
 } from '../reaction-tickets/helpers';
-import { admin, closeLegacyContract, cronTick, DAY_MS, enable, owner, runOnce } from './helpers';
+import {
+  admin,
+  closeLegacyContract,
+  cronTick,
+  currentGeneration,
+  DAY_MS,
+  enable,
+  owner,
+  runOnce,
+} from './helpers';
 
 const pool = testPool();
 const reopen = () => reopenLegacyContract(pool);
@@ -24,7 +33,7 @@ describe('prerequisites gate', () => {
   });
 
   it('enabling before the legacy contract is closed and drained is refused with the reason', async () => {
-    const res = await admin('POST', '/admin/retention/enable');
+    const res = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
     expect(res.status).toBe(412);
     expect(res.body.error.code).toBe('precondition_failed');
     expect(res.body.error.message).toMatch(/legacy unbounded write contract is still open/);
@@ -37,7 +46,7 @@ describe('prerequisites gate', () => {
     expect((await owner().status()).enabled).toBe(false);
 
     await closeLegacyContract();
-    const ok = await admin('POST', '/admin/retention/enable');
+    const ok = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
     expect(ok.status).toBe(200);
     expect(ok.body).toMatchObject({ enabled: true, prerequisites: { satisfied: true } });
   });
@@ -73,7 +82,7 @@ describe('after deletion, a delayed request still cannot apply', () => {
 
     // 91 days later the cleanup has deleted the receipt and the fence.
     await setDbClockOffset(pool, 91 * DAY_MS);
-    const enabled = await admin('POST', '/admin/retention/enable');
+    const enabled = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
     expect(enabled.status).toBe(200);
     // Two receipts and the fence: this file's only rows, all in one run.
     expect((await runOnce()).run).toMatchObject({ outcome: 'complete', rowsDeleted: 3 });

@@ -6,6 +6,7 @@ import {
   blockedBehind,
   closeLegacyContract,
   countRows,
+  currentGeneration,
   DAY_MS,
   enable,
   nextTickTime,
@@ -135,7 +136,11 @@ describe('bounds', () => {
   it('daily database and Worker operation budgets stop the run when spent, and roll over at 00:00 UTC', async () => {
     const d = await seedDirectory(pool);
     await seedReceipts(pool, d, 1000, OLD);
-    const res = await owner().enable({ dbBatchBudget: 3, workerOpBudget: 2 });
+    const res = await owner().enable({
+      generation: await currentGeneration(),
+      dbBatchBudget: 3,
+      workerOpBudget: 2,
+    });
     expect(res.enabled).toBe(true);
     // Budget 3: the probe and two batches, then the run stops.
     const first = await runOnce();

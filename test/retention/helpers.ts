@@ -58,8 +58,15 @@ export async function closeLegacyContract(): Promise<void> {
   if (res.status !== 200) throw new Error(`close: ${res.status} ${JSON.stringify(res.body)}`);
 }
 
+/** The generation an enable must carry: the database's, as the status shows it. */
+export async function currentGeneration(): Promise<number> {
+  const control = (await owner().status()).control;
+  if (!control) throw new Error('status: the control row did not answer');
+  return control.generation;
+}
+
 export async function enable(): Promise<void> {
-  const res = await admin('POST', '/admin/retention/enable');
+  const res = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
   if (res.status !== 200) throw new Error(`enable: ${res.status} ${JSON.stringify(res.body)}`);
 }
 

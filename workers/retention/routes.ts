@@ -13,6 +13,8 @@ export function retentionOwner(env: Env) {
 
 const EnableBody = z
   .object({
+    // The stop generation the operator read (GET status: control.generation): compare-and-set.
+    generation: z.number().int().min(0),
     // Optional lower daily budgets; the configured ones are the ceiling.
     dbBatchBudget: z.number().int().min(0).max(100_000).optional(),
     workerOpBudget: z.number().int().min(0).max(10_000).optional(),
@@ -22,10 +24,30 @@ const EnableBody = z
 /** Admin routes of the retention cleanup owner (docs/retention.md). */
 export const retentionAdmin = new Hono<AppEnv>()
   .post('/enable', requireAdmin(), async (c) => {
-    const result = await retentionOwner(c.env).enable(await readJsonBody(c, EnableBody, { optional: true }));
-    if (!result.enabled)
+    const result = await retentionOwner(c.env).enable(await readJsonBody(c, EnableBody));
+    if (result.refused === 'prerequisites')
       throw new AppError('precondition_failed', result.reason, { prerequisites: result.prerequisites });
+    if (result.refused === 'generation_changed')
+      throw new AppError('conflict', result.reason, {
+        reason: 'generation_changed',
+        generation: result.generation,
+      });
     return c.json(result);
   })
-  .post('/stop', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).stop()))
+  .post('/stop', requireAdmin(), async (c) => {
+    const result = await retentionOwner(c.env).stop();
+    if (!result.confirmed)
+      throw new AppError(
+        'service_unavailable',
+        'Stop acknowledged and execution disabled, but the database fence did not commit: stop again',
+        {
+          reason: 'stop_unconfirmed',
+          stopGeneration: result.stopGeneration,
+          acknowledgedAt: result.acknowledgedAt,
+          error: result.error,
+        },
+        { 'retry-after': '5' },
+      );
+    return c.json(result);
+  })
   .get('/status', requireAdmin(), async (c) => c.json(await retentionOwner(c.env).status()));

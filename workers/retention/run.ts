@@ -14,6 +14,16 @@ export const MIN_BATCH_MS = 200;
 /** The Worker-side bound on one statement: its statement_timeout plus this much transport. */
 export const REQUEST_SLACK_MS = 1000;
 
+/**
+ * How long a stop's database fence may wait for the control row: a batch holds it FOR SHARE
+ * for at most its statement budget, and at most that long again idle in its transaction
+ * (the batch sets idle_in_transaction_session_timeout to its budget) when the Worker that ran
+ * it is gone; plus transport.
+ */
+export function stopFenceBudgetMs(batchTimeoutMs: number): number {
+  return 2 * batchTimeoutMs + REQUEST_SLACK_MS;
+}
+
 export type RunOutcome =
   | 'empty' // nothing eligible: finished after one read
   | 'complete' // the sweep reached the end of both tables

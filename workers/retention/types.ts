@@ -1,3 +1,4 @@
+import type { Control } from './control';
 import type { Prerequisites } from './prerequisites';
 import type { RunRecord } from './state';
 
@@ -10,10 +11,30 @@ export interface ScheduledResult {
 }
 
 export type EnableResult =
-  | { enabled: false; reason: string; prerequisites: Prerequisites }
-  | { enabled: true; reason: null; prerequisites: Prerequisites; status: RetentionStatus };
+  | { enabled: false; refused: 'prerequisites'; reason: string; prerequisites: Prerequisites }
+  | {
+      enabled: false;
+      /** A stop moved the generation after the operator read it (or during this enable). */
+      refused: 'generation_changed';
+      reason: string;
+      /** The database's generation now: enabling needs a new request that carries it. */
+      generation: number;
+    }
+  | { enabled: true; refused: null; reason: null; prerequisites: Prerequisites; status: RetentionStatus };
 
-export interface StopResult {
+/** What an enable carries: the generation the operator read (compare-and-set), lower budgets. */
+export interface EnableRequest {
+  generation: number;
+  dbBatchBudget?: number;
+  workerOpBudget?: number;
+}
+
+export type StopResult = StopConfirmed | StopUnconfirmed;
+
+/** Stopped: the database generation moved and no batch can commit after `completedAt`. */
+export interface StopConfirmed {
+  confirmed: true;
+  /** The stop generation, equal to the database's (`control.generation`). */
   stopGeneration: number;
   acknowledgedAt: number;
   enabled: false;
@@ -24,11 +45,30 @@ export interface StopResult {
     batch: { settled: 'completed' | 'failed'; selected: number; deleted: number } | null;
     run: { outcome: string; batches: number } | null;
   };
+  /** The control row after the fence (migration 0087). */
+  control: Control;
+}
+
+/**
+ * Acknowledged and disabled in the object, but the database fence did not commit (lock wait
+ * or database down): a batch admitted before could still commit. Stop again.
+ */
+export interface StopUnconfirmed {
+  confirmed: false;
+  stopGeneration: number;
+  acknowledgedAt: number;
+  enabled: false;
+  error: string;
 }
 
 export interface RetentionStatus {
   enabled: boolean;
   stopGeneration: number;
+  /**
+   * The control row in Postgres; an enable carries its `generation`. Null when the database
+   * did not answer within the status budget.
+   */
+  control: Control | null;
   enabledAt: number | null;
   stopAcknowledgedAt: number | null;
   running: boolean;
