@@ -207,7 +207,9 @@ export class RetentionCleanup extends DurableObject<Env> {
     await this.ctx.storage.sync();
     log.info('retention_stop_acknowledged', { stopGeneration: acknowledged });
     store.disable();
+    // What was in flight when the stop got here; the fence below waits for it in Postgres.
     const admitted = this.inFlight;
+    const running = this.running;
     let control: Control;
     const pool = openPool(config, 1);
     try {
@@ -238,7 +240,7 @@ export class RetentionCleanup extends DurableObject<Env> {
     }
     // The run itself sees the new generation before its next batch and ends.
     // By design: a run that throws is logged by its own caller (cron_failed); stop only waits.
-    const run = this.running ? await this.running.catch(() => null) : null;
+    const run = running ? await running.catch(() => null) : null;
     await this.ctx.storage.sync();
     return {
       confirmed: true,

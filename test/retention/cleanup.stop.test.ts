@@ -8,6 +8,7 @@ import {
   countRows,
   cronTick,
   DAY_MS,
+  type Directory,
   enable,
   owner,
   runOnce,
@@ -16,6 +17,34 @@ import {
 } from './helpers';
 
 const pool = testPool();
+
+interface AtAnswer {
+  /** The batch backend's transaction state, or null when it is in none (ended or gone). */
+  batch: string | null;
+  rows: { receipts: number; fences: number };
+}
+
+async function observe(d: Directory, pid: number): Promise<AtAnswer> {
+  const { rows } = await pool.query<{ state: string }>(
+    `select state from pg_stat_activity where pid = $1 and xact_start is not null`,
+    [pid],
+  );
+  return { batch: rows[0]?.state ?? null, rows: await countRows(pool, d) };
+}
+
+/** Polls until backend `pid` has no transaction (it ended, or the backend is gone). */
+async function waitUntilGone(pid: number): Promise<void> {
+  await vi.waitFor(
+    async () => {
+      const { rows } = await pool.query(
+        'select 1 from pg_stat_activity where pid = $1 and xact_start is not null',
+        [pid],
+      );
+      expect(rows).toEqual([]);
+    },
+    { timeout: 20_000, interval: 20 },
+  );
+}
 const OLD = { ageMs: 40 * DAY_MS, expiredAgoMs: 33 * DAY_MS };
 
 beforeAll(() => closeLegacyContract());
@@ -93,6 +122,80 @@ describe('durable stop', () => {
     expect(after.history.length).toBe(runs);
     expect(after.alarmAt).toBeNull();
     expect(await runOnce()).toEqual({ ran: false, reason: 'disabled' });
+  });
+
+  it('a stop after the object was reset mid-batch answers only once that batch can no longer commit', async () => {
+    const d = await seedDirectory(pool);
+    const ops = await seedReceipts(pool, d, 300, OLD);
+    const holder = await pool.connect();
+    let stopping: Promise<{ res: Awaited<ReturnType<typeof admin>>; atAnswer: AtAnswer }>;
+    let batchPid: number;
+    try {
+      await holder.query('begin');
+      await holder.query(
+        'select 1 from private.chat_reaction_operations where actor_id = $1 and operation_id = $2 for update',
+        [d.actorId, ops[0]],
+      );
+      // The run of this incarnation: its first batch is admitted and waits on the held row.
+      const run = runOnce().catch((err: unknown) => err);
+      batchPid = await blockedBehind(pool, await backendPid(holder));
+      await waitUntilBlocked(pool, batchPid);
+
+      // The object is reset: its memory (the batch in flight, the run) is gone; the batch's
+      // transaction is not.
+      await runInDurableObject(owner(), (_, state) => state.abort('reset by test')).catch(() => undefined);
+      await run;
+
+      stopping = admin('POST', '/admin/retention/stop').then(async (res) => ({
+        res,
+        atAnswer: await observe(d, batchPid),
+      }));
+      // Either the stop answers at once (then it answered with the batch still open), or it
+      // waits for that batch: something queues behind the batch's backend.
+      await Promise.race([stopping, blockedBehind(pool, batchPid)]);
+    } finally {
+      await holder.query('commit');
+      holder.release();
+    }
+    const { res, atAnswer } = await stopping;
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ confirmed: true, enabled: false });
+    expect(atAnswer.batch, 'a batch transaction was still open when the stop answered').toBeNull();
+    // Whatever that batch did, it did before the answer: nothing changes after it.
+    await waitUntilGone(batchPid);
+    expect(await countRows(pool, d)).toEqual(atAnswer.rows);
+    expect(await runOnce()).toEqual({ ran: false, reason: 'disabled' });
+  });
+
+  it("the database's generation alone stops a batch: a run admitted by the object deletes nothing after the row moved", async () => {
+    // Rows earlier tests of this file left would come first in key order.
+    await pool.query('delete from private.chat_reaction_operations');
+    const d = await seedDirectory(pool);
+    const ops = await seedReceipts(pool, d, 300, OLD);
+    const holder = await pool.connect();
+    let run: ReturnType<typeof runOnce>;
+    try {
+      // The probe reads the generation; the first batch waits on the held row; the second
+      // one must see the database's stop although the object never heard of it.
+      await holder.query('begin');
+      await holder.query(
+        'select 1 from private.chat_reaction_operations where actor_id = $1 and operation_id = $2 for update',
+        [d.actorId, ops[0]],
+      );
+      run = runOnce();
+      const batchPid = await blockedBehind(pool, await backendPid(holder));
+      const moving = pool.query(
+        'update private.retention_control set generation = generation + 1, enabled = false',
+      );
+      // The database-side stop queues behind the batch that holds the control row.
+      await waitUntilBlocked(pool, await blockedBehind(pool, batchPid));
+      await holder.query('commit');
+      await moving;
+    } finally {
+      holder.release();
+    }
+    expect((await run).run).toMatchObject({ outcome: 'stopped', batches: 1, rowsDeleted: 250 });
+    expect(await countRows(pool, d)).toMatchObject({ receipts: 50 });
   });
 
   it('a stop with no batch in flight says so and leaves nothing scheduled', async () => {

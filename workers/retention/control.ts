@@ -52,3 +52,22 @@ export async function fenceStop(q: Q, atLeast: number): Promise<Control> {
   );
   return toControl(rows[0]!);
 }
+
+/**
+ * First statement of every batch transaction: holds the control row FOR SHARE until the
+ * batch commits, and answers whether `generation` is still the enabled one. A stop's fence
+ * (an UPDATE of this row) therefore waits for the batch, and a batch that starts after the
+ * fence reads the new generation and deletes nothing. The transaction's idle timeout is set
+ * to `idleTimeoutMs` so a batch whose Worker vanished between statements (an object reset)
+ * releases the row within that bound instead of the pool's session default.
+ */
+export async function holdForBatch(q: Q, generation: number, idleTimeoutMs: number): Promise<boolean> {
+  const { rows } = await q.query(
+    `with settings as (select set_config('idle_in_transaction_session_timeout', $2::text, true))
+     select 1 from private.retention_control c, settings
+     where c.generation = $1 and c.enabled
+     for share of c`,
+    [generation, String(Math.max(1, Math.floor(idleTimeoutMs)))],
+  );
+  return rows.length > 0;
+}
