@@ -2,8 +2,8 @@ import { DurableObject } from 'cloudflare:workers';
 import { type Clock, Deadline, systemClock } from '../workers/clock';
 import { openPool } from '../workers/db/pool';
 import { sqlState, withTx } from '../workers/db/tx';
-import { type Config, type Env, loadConfig } from '../workers/env';
 import { log } from '../workers/log';
+import { loadRetentionConfig, type RetentionConfig, type RetentionEnv } from '../workers/retention/config';
 import { type Control, enableAtGeneration, fenceStop, readControl } from '../workers/retention/control';
 import { limitsFrom } from '../workers/retention/eligibility';
 import { checkPrerequisites, type Prerequisites } from '../workers/retention/prerequisites';
@@ -22,8 +22,9 @@ import type {
 const STATUS_DB_BUDGET_MS = 2000;
 
 /**
- * Singleton owner of the hourly receipt and fence cleanup (docs/retention.md). Starts
- * disabled. The `0 * * * *` cron calls `scheduledRun`; there is no alarm and no
+ * Singleton owner of the hourly receipt and fence cleanup (docs/retention.md), hosted by the
+ * cleanup's own Worker (workers/retention/worker.ts, retention.wrangler.toml). Starts
+ * disabled. That Worker's `0 * * * *` cron calls `scheduledRun`; there is no alarm and no
  * continuation: a run that does not finish leaves its cursor for the next cron tick, so
  * nothing can schedule itself after a stop.
  *
@@ -31,15 +32,15 @@ const STATUS_DB_BUDGET_MS = 2000;
  * wait for the batch already admitted to drain. Every batch is admitted synchronously
  * against the stored generation and enabled flag, in the same turn that starts it.
  */
-export class RetentionCleanup extends DurableObject<Env> {
+export class RetentionCleanup extends DurableObject<RetentionEnv> {
   /** Tests replace it to move the run deadline and the budget day without sleeping. */
   clock: Clock = systemClock;
   private running: Promise<RunRecord> | null = null;
   private inFlight: Promise<unknown> | null = null;
   private storeCache: CleanupStore | null = null;
 
-  private config(): Config {
-    return loadConfig(this.env);
+  private config(): RetentionConfig {
+    return loadRetentionConfig(this.env);
   }
 
   private store(): CleanupStore {
@@ -283,6 +284,7 @@ export class RetentionCleanup extends DurableObject<Env> {
       // Position only: the table and timestamp, never the actor or operation of the key.
       cursor: s.cursor && { table: s.cursor.table, createdAt: s.cursor.createdAt },
       lastScheduledTime: s.lastScheduledTime,
+      lastCronAt: await this.lastCronAt(),
       alarmAt: await this.ctx.storage.getAlarm(),
       budgets: {
         day: s.budgetDay,

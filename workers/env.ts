@@ -59,6 +59,7 @@ export const ConfigSchema = z.object({
   AGENT_URL: z.string().url().optional(),
   AGENT_TIMEOUT_MS: intFromString(100, 120_000).default(20_000),
   // Retention cleanup (docs/retention.md): ages, the drain grace past ticket expiry, run bounds.
+  // Read by the cleanup's own Worker (retention.wrangler.toml, workers/retention/config.ts).
   RETENTION_RECEIPT_DAYS: intFromString(1, 3650).default(30),
   RETENTION_FENCE_DAYS: intFromString(1, 3650).default(90),
   RETENTION_DRAIN_GRACE_MS: intFromString(1000, 30 * 86_400_000).default(3_600_000),
@@ -105,9 +106,14 @@ function registerConfiguredSecrets(config: Config): void {
   registerSecret(config.ADMIN_TOKEN);
   registerSecret(config.ACTOR_JWT_SECRET);
   for (const material of Object.values(config.SECRET_KEYS)) registerSecret(material);
-  registerSecret(config.DATABASE_URL);
+  registerDatabaseSecret(config.DATABASE_URL);
+}
+
+/** The connection string and its password (raw and decoded), for every Worker that connects. */
+export function registerDatabaseSecret(databaseUrl: string): void {
+  registerSecret(databaseUrl);
   try {
-    const url = new URL(config.DATABASE_URL.replace(/^postgres(ql)?:/, 'http:'));
+    const url = new URL(databaseUrl.replace(/^postgres(ql)?:/, 'http:'));
     registerSecret(url.password);
     registerSecret(decodeURIComponent(url.password));
   } catch {

@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EnableResult, StopResult } from '../../workers/retention/types';
 import { backendPid, testPool } from '../helpers/db';
-import { admin, blockedBehind, closeLegacyContract, currentGeneration, owner } from './helpers';
+import { blockedBehind, cleanupWorker, closeLegacyContract, currentGeneration, owner } from './helpers';
 
 const pool = testPool();
 
-beforeAll(() => closeLegacyContract());
+beforeAll(() => closeLegacyContract(pool));
 afterAll(() => pool.end());
 
 describe('enable against a stop', () => {
@@ -13,63 +14,53 @@ describe('enable against a stop', () => {
     expect(before.enabled).toBe(false);
     const generation = await currentGeneration();
     const holder = await pool.connect();
-    let enabling: ReturnType<typeof admin>;
-    let stopped: Awaited<ReturnType<typeof admin>>;
+    let enabling: Promise<EnableResult>;
+    let stopped: StopResult;
     try {
       // Enable reads the legacy contract state first; hold that table so it waits there.
       await holder.query('begin');
       await holder.query('lock table private.write_contract_state in access exclusive mode');
-      enabling = admin('POST', '/admin/retention/enable', { generation });
+      enabling = cleanupWorker().enable({ generation });
       await blockedBehind(pool, await backendPid(holder));
 
-      stopped = await admin('POST', '/admin/retention/stop');
-      expect(stopped.status).toBe(200);
+      stopped = await cleanupWorker().stop();
+      expect(stopped.confirmed).toBe(true);
     } finally {
       await holder.query('commit');
       holder.release();
     }
     const refused = await enabling;
     expect((await owner().status()).enabled).toBe(false);
-    expect(refused.status).toBe(409);
-    expect(refused.body.error).toMatchObject({
-      code: 'conflict',
-      details: { reason: 'generation_changed', generation: stopped.body.stopGeneration },
-    });
-    expect((await owner().status()).control).toEqual({
-      generation: stopped.body.stopGeneration,
+    expect(refused).toMatchObject({
       enabled: false,
+      refused: 'generation_changed',
+      generation: stopped.stopGeneration,
     });
+    expect((await owner().status()).control).toEqual({ generation: stopped.stopGeneration, enabled: false });
 
     // A new, explicit enable with the generation read after the stop goes through.
-    const again = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
-    expect(again.status).toBe(200);
+    const again = await cleanupWorker().enable({ generation: await currentGeneration() });
+    expect(again.enabled).toBe(true);
     expect(await owner().status()).toMatchObject({
       enabled: true,
-      control: { generation: stopped.body.stopGeneration, enabled: true },
+      control: { generation: stopped.stopGeneration, enabled: true },
     });
   });
 
   it('an enable carrying a generation read before a stop is refused and changes nothing', async () => {
     const stale = await currentGeneration();
-    const stopped = await admin('POST', '/admin/retention/stop');
-    expect(stopped.status).toBe(200);
-    expect(stopped.body.stopGeneration).toBeGreaterThan(stale);
-    const res = await admin('POST', '/admin/retention/enable', { generation: stale });
-    expect(res.status).toBe(409);
-    expect(res.body.error.details).toEqual({
-      reason: 'generation_changed',
-      generation: stopped.body.stopGeneration,
+    const stopped = await cleanupWorker().stop();
+    expect(stopped.confirmed).toBe(true);
+    expect(stopped.stopGeneration).toBeGreaterThan(stale);
+    const res = await cleanupWorker().enable({ generation: stale });
+    expect(res).toMatchObject({
+      enabled: false,
+      refused: 'generation_changed',
+      generation: stopped.stopGeneration,
     });
     expect(await owner().status()).toMatchObject({
       enabled: false,
-      control: { generation: stopped.body.stopGeneration, enabled: false },
+      control: { generation: stopped.stopGeneration, enabled: false },
     });
-  });
-
-  it('an enable without the generation is refused as invalid', async () => {
-    const res = await admin('POST', '/admin/retention/enable', {});
-    expect(res.status).toBe(400);
-    expect(res.body.error.code).toBe('validation_failed');
-    expect((await owner().status()).enabled).toBe(false);
   });
 });

@@ -1,15 +1,16 @@
-import { runInDurableObject } from 'cloudflare:test';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { StopResult } from '../../workers/retention/types';
 import { backendPid, testPool, waitUntilBlocked } from '../helpers/db';
 import {
-  admin,
   blockedBehind,
+  cleanupWorker,
   closeLegacyContract,
   countRows,
   cronTick,
   DAY_MS,
   type Directory,
   enable,
+  inOwner,
   owner,
   runOnce,
   seedDirectory,
@@ -47,7 +48,7 @@ async function waitUntilGone(pid: number): Promise<void> {
 }
 const OLD = { ageMs: 40 * DAY_MS, expiredAgoMs: 33 * DAY_MS };
 
-beforeAll(() => closeLegacyContract());
+beforeAll(() => closeLegacyContract(pool));
 // Stopping is what these tests do; each starts enabled.
 beforeEach(() => enable());
 afterAll(() => pool.end());
@@ -58,7 +59,7 @@ describe('durable stop', () => {
     const ops = await seedReceipts(pool, d, 600, OLD);
     const before = await owner().status();
     const holder = await pool.connect();
-    let stop: ReturnType<typeof admin>;
+    let stop: Promise<StopResult>;
     let run: ReturnType<typeof runOnce>;
     try {
       // Hold the first row of the first batch, so the batch's delete is admitted and blocks.
@@ -71,7 +72,7 @@ describe('durable stop', () => {
       await waitUntilBlocked(pool, await blockedBehind(pool, await backendPid(holder)));
       expect((await owner().status()).batchInFlight).toBe(true);
 
-      stop = admin('POST', '/admin/retention/stop');
+      stop = cleanupWorker().stop();
       // The new generation is persisted and execution disabled while the batch still waits.
       // Only the object knows when the stop got there (the request reaches it through the
       // Worker), so its status is read until it does; a stop that waited for the batch first
@@ -91,8 +92,8 @@ describe('durable stop', () => {
       holder.release();
     }
     const stopped = await stop;
-    expect(stopped.status).toBe(200);
-    expect(stopped.body).toMatchObject({
+    expect(stopped).toMatchObject({
+      confirmed: true,
       stopGeneration: before.stopGeneration + 1,
       enabled: false,
       drained: {
@@ -101,12 +102,13 @@ describe('durable stop', () => {
         run: { outcome: 'stopped', batches: 1 },
       },
     });
-    expect(stopped.body.completedAt).toBeGreaterThanOrEqual(stopped.body.acknowledgedAt);
+    if (!stopped.confirmed) throw new Error('unconfirmed');
+    expect(stopped.completedAt).toBeGreaterThanOrEqual(stopped.acknowledgedAt);
     expect((await run).run).toMatchObject({ outcome: 'stopped', batches: 1, rowsDeleted: 250 });
     expect(await countRows(pool, d)).toMatchObject({ receipts: 350 });
 
     // Eviction: the object's memory is gone; its stored stop is not. Nothing is scheduled.
-    await runInDurableObject(owner(), (_, state) => state.abort('evicted by test')).catch(() => undefined);
+    await inOwner((_, state) => state.abort('evicted by test')).catch(() => undefined);
     const afterEviction = await owner().status();
     expect(afterEviction).toMatchObject({
       enabled: false,
@@ -128,7 +130,7 @@ describe('durable stop', () => {
     const d = await seedDirectory(pool);
     const ops = await seedReceipts(pool, d, 300, OLD);
     const holder = await pool.connect();
-    let stopping: Promise<{ res: Awaited<ReturnType<typeof admin>>; atAnswer: AtAnswer }>;
+    let stopping: Promise<{ res: StopResult; atAnswer: AtAnswer }>;
     let batchPid: number;
     try {
       await holder.query('begin');
@@ -143,13 +145,15 @@ describe('durable stop', () => {
 
       // The object is reset: its memory (the batch in flight, the run) is gone; the batch's
       // transaction is not.
-      await runInDurableObject(owner(), (_, state) => state.abort('reset by test')).catch(() => undefined);
+      await inOwner((_, state) => state.abort('reset by test')).catch(() => undefined);
       await run;
 
-      stopping = admin('POST', '/admin/retention/stop').then(async (res) => ({
-        res,
-        atAnswer: await observe(d, batchPid),
-      }));
+      stopping = cleanupWorker()
+        .stop()
+        .then(async (res) => ({
+          res,
+          atAnswer: await observe(d, batchPid),
+        }));
       // Either the stop answers at once (then it answered with the batch still open), or it
       // waits for that batch: something queues behind the batch's backend.
       await Promise.race([stopping, blockedBehind(pool, batchPid)]);
@@ -158,8 +162,7 @@ describe('durable stop', () => {
       holder.release();
     }
     const { res, atAnswer } = await stopping;
-    expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ confirmed: true, enabled: false });
+    expect(res).toMatchObject({ confirmed: true, enabled: false });
     expect(atAnswer.batch, 'a batch transaction was still open when the stop answered').toBeNull();
     // Whatever that batch did, it did before the answer: nothing changes after it.
     await waitUntilGone(batchPid);
@@ -199,26 +202,13 @@ describe('durable stop', () => {
   });
 
   it('a stop with no batch in flight says so and leaves nothing scheduled', async () => {
-    const res = await admin('POST', '/admin/retention/stop');
-    expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({
+    const res = await cleanupWorker().stop();
+    expect(res).toMatchObject({
+      confirmed: true,
       enabled: false,
       drained: { batchInFlight: false, batch: null, run: null },
     });
     const s = await owner().status();
-    expect(s).toMatchObject({ enabled: false, alarmAt: null, stopAcknowledgedAt: res.body.acknowledgedAt });
-  });
-
-  it('admin routes require the admin token', async () => {
-    for (const [method, path] of [
-      ['POST', '/admin/retention/enable'],
-      ['POST', '/admin/retention/stop'],
-      ['GET', '/admin/retention/status'],
-    ] as const) {
-      const { exports } = await import('cloudflare:workers');
-      const res = await exports.default.fetch(`http://test${path}`, { method });
-      expect(res.status).toBe(401);
-    }
-    expect((await owner().status()).enabled).toBe(true);
+    expect(s).toMatchObject({ enabled: false, alarmAt: null, stopAcknowledgedAt: res.acknowledgedAt });
   });
 });

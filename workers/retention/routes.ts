@@ -6,9 +6,12 @@ import { AppError } from '../errors';
 import { readJsonBody } from '../lib/json-body';
 import { requireAdmin } from '../middleware';
 
-/** The one RetentionCleanup object every route and the hourly cron talk to. */
+/**
+ * The retention cleanup Worker (retention.wrangler.toml) through the RETENTION service
+ * binding: its RPC methods hand over to its one RetentionCleanup object.
+ */
 export function retentionOwner(env: Env) {
-  return env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('singleton'));
+  return env.RETENTION;
 }
 
 const EnableBody = z

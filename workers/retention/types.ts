@@ -75,6 +75,8 @@ export interface RetentionStatus {
   batchInFlight: boolean;
   cursor: { table: string; createdAt: string } | null;
   lastScheduledTime: number | null;
+  /** The last hourly tick that reached the object, enabled or not (is the cron arriving?). */
+  lastCronAt: number | null;
   alarmAt: number | null;
   budgets: {
     day: string;

@@ -11,12 +11,11 @@ import {
 } from '../reaction-tickets/helpers';
 import {
   admin,
+  cleanupStatus,
   closeLegacyContract,
-  cronTick,
   currentGeneration,
   DAY_MS,
   enable,
-  owner,
   runOnce,
 } from './helpers';
 
@@ -25,11 +24,12 @@ const reopen = () => reopenLegacyContract(pool);
 afterEach(() => setDbClockOffset(pool, 0));
 afterAll(() => pool.end());
 
-// This file's database starts with the contract open, and its owner starts disabled.
+// This file's database starts with the contract open, and its owner (in the retention Worker)
+// starts disabled. Everything goes through the main Worker's routes and the retention Worker's cron.
 describe('prerequisites gate', () => {
   it('a fresh owner starts disabled and its cron tick runs nothing', async () => {
-    expect((await owner().status()).enabled).toBe(false);
-    expect(await runOnce()).toEqual({ ran: false, reason: 'disabled' });
+    expect((await cleanupStatus()).enabled).toBe(false);
+    expect(await runOnce()).toBeNull();
   });
 
   it('enabling before the legacy contract is closed and drained is refused with the reason', async () => {
@@ -41,9 +41,9 @@ describe('prerequisites gate', () => {
       open: true,
       closedAndDrained: false,
     });
-    expect((await owner().status()).enabled).toBe(false);
-    await cronTick();
-    expect((await owner().status()).enabled).toBe(false);
+    expect((await cleanupStatus()).enabled).toBe(false);
+    expect(await runOnce()).toBeNull();
+    expect((await cleanupStatus()).enabled).toBe(false);
 
     await closeLegacyContract();
     const ok = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
@@ -55,8 +55,7 @@ describe('prerequisites gate', () => {
     await closeLegacyContract();
     await enable();
     await reopen();
-    const r = await runOnce();
-    expect(r.run).toMatchObject({ outcome: 'prerequisites', batches: 0, rowsDeleted: 0 });
+    expect(await runOnce()).toMatchObject({ outcome: 'prerequisites', batches: 0, rowsDeleted: 0 });
   });
 });
 
@@ -85,7 +84,7 @@ describe('after deletion, a delayed request still cannot apply', () => {
     const enabled = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
     expect(enabled.status).toBe(200);
     // Two receipts and the fence: this file's only rows, all in one run.
-    expect((await runOnce()).run).toMatchObject({ outcome: 'complete', rowsDeleted: 3 });
+    expect(await runOnce()).toMatchObject({ outcome: 'complete', rowsDeleted: 3 });
     const { rows } = await pool.query(
       `select (select count(*)::int from private.chat_reaction_operations where actor_id = $1) as receipts,
               (select count(*)::int from private.chat_retired_reaction_operations where actor_id = $1) as fences`,
