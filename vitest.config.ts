@@ -4,6 +4,8 @@ import { retentionAuxiliaryWorker } from './test/setup/retention-worker';
 import { createFileDatabase, startFileEmulator } from './test/setup/stack';
 
 export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
+/** The retention cleanup's own credential (enable, stop, rollback), distinct from the admin token. */
+export const TEST_RETENTION_ADMIN_TOKEN = 'test-retention-admin-token-fedcba9876543210';
 export const TEST_SECRET_KEYS = JSON.stringify({
   '1': 'MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=',
   '2': 'ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=',
@@ -40,6 +42,7 @@ export default defineConfig({
                   ...database,
                   LARK_API_BASE: await startFileEmulator(),
                   ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+                  RETENTION_ADMIN_TOKEN: TEST_RETENTION_ADMIN_TOKEN,
                   SECRET_KEYS: TEST_SECRET_KEYS,
                   LOG_LEVEL: 'warn',
                   ACTOR_JWT_SECRET: TEST_ACTOR_JWT_SECRET,

@@ -3,8 +3,19 @@ import { type Clock, Deadline, systemClock } from '../workers/clock';
 import { openPool } from '../workers/db/pool';
 import { sqlState, withTx } from '../workers/db/tx';
 import { log } from '../workers/log';
+import { getLegacyContractStatus, type LegacyContractStatus } from '../workers/reaction-tickets/contract';
 import { loadRetentionConfig, type RetentionConfig, type RetentionEnv } from '../workers/retention/config';
-import { type Control, enableAtGeneration, fenceStop, readControl } from '../workers/retention/control';
+import {
+  type Action,
+  type Activation,
+  type Actor,
+  type Control,
+  enableAtGeneration,
+  fenceStop,
+  readActivations,
+  readControl,
+  recordActivation,
+} from '../workers/retention/control';
 import { limitsFrom } from '../workers/retention/eligibility';
 import { checkPrerequisites, type Prerequisites } from '../workers/retention/prerequisites';
 import { type RunOutcome, runRetention, stopFenceBudgetMs } from '../workers/retention/run';
@@ -13,13 +24,17 @@ import type {
   EnableRequest,
   EnableResult,
   RetentionStatus,
+  RollbackResult,
   ScheduledResult,
   StopConfirmed,
+  StopRequest,
   StopResult,
 } from '../workers/retention/types';
 
 /** How long a status read waits for the control row. */
 const STATUS_DB_BUDGET_MS = 2000;
+/** Activation records a status shows. */
+const STATUS_ACTIVATIONS = 20;
 
 /**
  * Singleton owner of the hourly receipt and fence cleanup (docs/retention.md), hosted by the
@@ -158,11 +173,10 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
           const prerequisites = await checkPrerequisites(c, config);
           if (!prerequisites.satisfied) return { prerequisites, control: null, current: -1 };
           const control = await enableAtGeneration(c, request.generation);
-          return {
-            prerequisites,
-            control,
-            current: control?.generation ?? (await readControl(c)).generation,
-          };
+          if (!control) return { prerequisites, control, current: (await readControl(c)).generation };
+          // In the transaction that turned the row on: recorded exactly when it committed.
+          await recordActivation(c, 'enable', request.actor, control.generation);
+          return { prerequisites, control, current: control.generation };
         },
       );
     } finally {
@@ -188,7 +202,11 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
     // database fence (queued behind or after ours) turns the row off again.
     if (!store.enableIf(ackAtStart, this.clock.now(), capped)) return changed(store.read().stopGeneration);
     store.raiseStopGeneration(control.generation);
-    log.info('retention_enabled', { stopGeneration: control.generation });
+    log.info('retention_enabled', {
+      stopGeneration: control.generation,
+      operator: request.actor.operator,
+      credential: request.actor.credential,
+    });
     return { enabled: true, refused: null, reason: null, prerequisites, status: await this.status() };
   }
 
@@ -199,14 +217,48 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
    * batch admitted before, by this object or an earlier incarnation of it, can commit after
    * the answer; (3) wait for the run to see the stop.
    */
-  async stop(): Promise<StopResult> {
+  async stop(request: StopRequest): Promise<StopResult> {
+    return this.stopAs('stop', request.actor);
+  }
+
+  /**
+   * Rollback of an activation: a stop first (the same acknowledgement and database fence,
+   * recorded as `rollback`), then the cursor cleared, so a later enable starts a fresh sweep.
+   * It never writes the legacy write contract (closing it is one-way, migration 0084); the
+   * answer reads it to show it is still closed.
+   */
+  async rollback(request: StopRequest): Promise<RollbackResult> {
+    const stop = await this.stopAs('rollback', request.actor);
+    if (stop.confirmed) this.store().setCursor(null);
+    let legacyContract: LegacyContractStatus | null = null;
+    const pool = openPool(this.config(), 1);
+    try {
+      legacyContract = await withTx(
+        pool,
+        { budgetMs: STATUS_DB_BUDGET_MS, maxAttempts: 1 },
+        getLegacyContractStatus,
+      );
+    } catch (err) {
+      log.warn('retention_rollback_contract_unread', { error: err });
+    } finally {
+      await pool.end();
+    }
+    return { stop, legacyContract };
+  }
+
+  private async stopAs(action: Exclude<Action, 'enable'>, actor: Actor): Promise<StopResult> {
     const config = this.config();
     const store = this.store();
     const acknowledgedAt = this.clock.now();
     const acknowledged = store.bumpStopGeneration(acknowledgedAt);
     // The generation is durable before execution is disabled (and before we answer).
     await this.ctx.storage.sync();
-    log.info('retention_stop_acknowledged', { stopGeneration: acknowledged });
+    log.info('retention_stop_acknowledged', {
+      stopGeneration: acknowledged,
+      action,
+      operator: actor.operator,
+      credential: actor.credential,
+    });
     store.disable();
     // What was in flight when the stop got here; the fence below waits for it in Postgres.
     const admitted = this.inFlight;
@@ -215,7 +267,11 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
     const pool = openPool(config, 1);
     try {
       const budgetMs = stopFenceBudgetMs(config.RETENTION_BATCH_TIMEOUT_MS);
-      control = await withTx(pool, { budgetMs, maxAttempts: 1 }, (c) => fenceStop(c, acknowledged));
+      control = await withTx(pool, { budgetMs, maxAttempts: 1 }, async (c) => {
+        const fenced = await fenceStop(c, acknowledged);
+        await recordActivation(c, action, actor, fenced.generation);
+        return fenced;
+      });
     } catch (err) {
       log.error('retention_stop_unconfirmed', { stopGeneration: acknowledged, error: err });
       return {
@@ -258,14 +314,17 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
     };
   }
 
-  /** The control row, or null when the database does not answer within a short budget. */
-  private async readControl(): Promise<Control | null> {
+  /** The control row and the latest activations, or nulls when the database does not answer in time. */
+  private async readDatabaseState(): Promise<{ control: Control | null; activations: Activation[] }> {
     const pool = openPool(this.config(), 1);
     try {
-      return await withTx(pool, { budgetMs: STATUS_DB_BUDGET_MS, maxAttempts: 1 }, readControl);
+      return await withTx(pool, { budgetMs: STATUS_DB_BUDGET_MS, maxAttempts: 1 }, async (c) => ({
+        control: await readControl(c),
+        activations: await readActivations(c, STATUS_ACTIVATIONS),
+      }));
     } catch (err) {
       log.warn('retention_status_control_unavailable', { error: err });
-      return null;
+      return { control: null, activations: [] };
     } finally {
       await pool.end();
     }
@@ -273,10 +332,12 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
 
   async status(): Promise<RetentionStatus> {
     const s = this.store().read();
+    const { control, activations } = await this.readDatabaseState();
     return {
       enabled: s.enabled,
       stopGeneration: s.stopGeneration,
-      control: await this.readControl(),
+      control,
+      activations,
       enabledAt: s.enabledAt,
       stopAcknowledgedAt: s.stopAcknowledgedAt,
       running: this.running !== null,

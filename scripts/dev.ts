@@ -173,6 +173,7 @@ try {
   say('ready');
   say(`  service   ${base}   (GET /healthz, /v1/openapi.json)`);
   say(`  admin     Authorization: Bearer ${secrets.ADMIN_TOKEN}`);
+  say(`            retention enable/stop/rollback: Authorization: Bearer ${secrets.RETENTION_ADMIN_TOKEN}`);
   say(
     lark
       ? `  lark      emulator ${emulatorUrl}; demo installation ${lark.installationId} → npm run demo`

@@ -10,13 +10,14 @@ import {
   ticketFor,
 } from '../reaction-tickets/helpers';
 import {
-  admin,
   cleanupStatus,
   closeLegacyContract,
   currentGeneration,
   DAY_MS,
   enable,
+  OPERATOR,
   runOnce,
+  scoped,
 } from './helpers';
 
 const pool = testPool();
@@ -33,7 +34,10 @@ describe('prerequisites gate', () => {
   });
 
   it('enabling before the legacy contract is closed and drained is refused with the reason', async () => {
-    const res = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
+    const res = await scoped('POST', '/admin/retention/enable', {
+      generation: await currentGeneration(),
+      operator: OPERATOR,
+    });
     expect(res.status).toBe(412);
     expect(res.body.error.code).toBe('precondition_failed');
     expect(res.body.error.message).toMatch(/legacy unbounded write contract is still open/);
@@ -46,7 +50,10 @@ describe('prerequisites gate', () => {
     expect((await cleanupStatus()).enabled).toBe(false);
 
     await closeLegacyContract();
-    const ok = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
+    const ok = await scoped('POST', '/admin/retention/enable', {
+      generation: await currentGeneration(),
+      operator: OPERATOR,
+    });
     expect(ok.status).toBe(200);
     expect(ok.body).toMatchObject({ enabled: true, prerequisites: { satisfied: true } });
   });
@@ -81,7 +88,10 @@ describe('after deletion, a delayed request still cannot apply', () => {
 
     // 91 days later the cleanup has deleted the receipt and the fence.
     await setDbClockOffset(pool, 91 * DAY_MS);
-    const enabled = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
+    const enabled = await scoped('POST', '/admin/retention/enable', {
+      generation: await currentGeneration(),
+      operator: OPERATOR,
+    });
     expect(enabled.status).toBe(200);
     // Two receipts and the fence: this file's only rows, all in one run.
     expect(await runOnce()).toMatchObject({ outcome: 'complete', rowsDeleted: 3 });

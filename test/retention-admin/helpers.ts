@@ -30,10 +30,21 @@ export async function request(
   return { status: res.status, body: text ? JSON.parse(text) : null };
 }
 
-/** An admin request with the admin token. */
+/** An admin request with the general admin token. */
 export function admin(method: string, path: string, body?: unknown) {
   return request(method, path, { body });
 }
+
+/** The retention cleanup's own credential (RETENTION_ADMIN_TOKEN). */
+export const retentionToken = () =>
+  (env as unknown as { RETENTION_ADMIN_TOKEN: string }).RETENTION_ADMIN_TOKEN;
+
+/** A request with the retention cleanup's own credential: enable, stop, rollback. */
+export function scoped(method: string, path: string, body?: unknown) {
+  return request(method, path, { token: retentionToken(), body });
+}
+
+export const OPERATOR = 'test@example.com';
 
 /** The cleanup's status as the main Worker reads it (through RETENTION). */
 export function cleanupStatus(): Promise<RetentionStatus> {
@@ -52,7 +63,10 @@ export async function closeLegacyContract(): Promise<void> {
 }
 
 export async function enable(): Promise<void> {
-  const res = await admin('POST', '/admin/retention/enable', { generation: await currentGeneration() });
+  const res = await scoped('POST', '/admin/retention/enable', {
+    generation: await currentGeneration(),
+    operator: OPERATOR,
+  });
   if (res.status !== 200) throw new Error(`enable: ${res.status} ${JSON.stringify(res.body)}`);
 }
 

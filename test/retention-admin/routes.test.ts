@@ -1,6 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testPool } from '../helpers/db';
-import { admin, cleanupStatus, closeLegacyContract, currentGeneration, request } from './helpers';
+import {
+  admin,
+  cleanupStatus,
+  closeLegacyContract,
+  currentGeneration,
+  OPERATOR,
+  request,
+  scoped,
+} from './helpers';
 
 const pool = testPool();
 
@@ -13,15 +21,16 @@ describe('admin routes reach the retention Worker through RETENTION', () => {
     expect(status.status).toBe(200);
     expect(status.body).toMatchObject({ enabled: false, control: { enabled: false } });
 
-    const enabled = await admin('POST', '/admin/retention/enable', {
+    const enabled = await scoped('POST', '/admin/retention/enable', {
       generation: status.body.control.generation,
+      operator: OPERATOR,
     });
     expect(enabled.status).toBe(200);
     expect(enabled.body).toMatchObject({ enabled: true, status: { enabled: true } });
     const { rows } = await pool.query('select generation::int, enabled from private.retention_control');
     expect(rows[0]).toEqual({ generation: status.body.control.generation, enabled: true });
 
-    const stopped = await admin('POST', '/admin/retention/stop');
+    const stopped = await scoped('POST', '/admin/retention/stop', { operator: OPERATOR });
     expect(stopped.status).toBe(200);
     expect(stopped.body).toMatchObject({ confirmed: true, enabled: false, control: { enabled: false } });
     expect((await cleanupStatus()).control).toEqual({
@@ -38,8 +47,8 @@ describe('admin routes reach the retention Worker through RETENTION', () => {
 
   it('an enable with a stale generation is 409 conflict naming the current one', async () => {
     const stale = await currentGeneration();
-    expect((await admin('POST', '/admin/retention/stop')).status).toBe(200);
-    const res = await admin('POST', '/admin/retention/enable', { generation: stale });
+    expect((await scoped('POST', '/admin/retention/stop', { operator: OPERATOR })).status).toBe(200);
+    const res = await scoped('POST', '/admin/retention/enable', { generation: stale, operator: OPERATOR });
     expect(res.status).toBe(409);
     expect(res.body.error).toMatchObject({
       code: 'conflict',
@@ -49,16 +58,17 @@ describe('admin routes reach the retention Worker through RETENTION', () => {
   });
 
   it('an enable without the generation is 400 and changes nothing', async () => {
-    const res = await admin('POST', '/admin/retention/enable', {});
+    const res = await scoped('POST', '/admin/retention/enable', { operator: OPERATOR });
     expect(res.status).toBe(400);
     expect(res.body.error.code).toBe('validation_failed');
     expect((await cleanupStatus()).enabled).toBe(false);
   });
 
-  it('every route requires the admin token', async () => {
+  it('every route requires a token', async () => {
     for (const [method, path] of [
       ['POST', '/admin/retention/enable'],
       ['POST', '/admin/retention/stop'],
+      ['POST', '/admin/retention/rollback'],
       ['GET', '/admin/retention/status'],
     ] as const) {
       const res = await request(method, path, {

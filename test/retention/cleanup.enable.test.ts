@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EnableResult, StopResult } from '../../workers/retention/types';
 import { backendPid, testPool } from '../helpers/db';
-import { blockedBehind, cleanupWorker, closeLegacyContract, currentGeneration, owner } from './helpers';
+import {
+  ACTOR,
+  blockedBehind,
+  cleanupWorker,
+  closeLegacyContract,
+  currentGeneration,
+  owner,
+} from './helpers';
 
 const pool = testPool();
 
@@ -20,10 +27,10 @@ describe('enable against a stop', () => {
       // Enable reads the legacy contract state first; hold that table so it waits there.
       await holder.query('begin');
       await holder.query('lock table private.write_contract_state in access exclusive mode');
-      enabling = cleanupWorker().enable({ generation });
+      enabling = cleanupWorker().enable({ generation, actor: ACTOR });
       await blockedBehind(pool, await backendPid(holder));
 
-      stopped = await cleanupWorker().stop();
+      stopped = await cleanupWorker().stop({ actor: ACTOR });
       expect(stopped.confirmed).toBe(true);
     } finally {
       await holder.query('commit');
@@ -39,7 +46,7 @@ describe('enable against a stop', () => {
     expect((await owner().status()).control).toEqual({ generation: stopped.stopGeneration, enabled: false });
 
     // A new, explicit enable with the generation read after the stop goes through.
-    const again = await cleanupWorker().enable({ generation: await currentGeneration() });
+    const again = await cleanupWorker().enable({ generation: await currentGeneration(), actor: ACTOR });
     expect(again.enabled).toBe(true);
     expect(await owner().status()).toMatchObject({
       enabled: true,
@@ -49,10 +56,10 @@ describe('enable against a stop', () => {
 
   it('an enable carrying a generation read before a stop is refused and changes nothing', async () => {
     const stale = await currentGeneration();
-    const stopped = await cleanupWorker().stop();
+    const stopped = await cleanupWorker().stop({ actor: ACTOR });
     expect(stopped.confirmed).toBe(true);
     expect(stopped.stopGeneration).toBeGreaterThan(stale);
-    const res = await cleanupWorker().enable({ generation: stale });
+    const res = await cleanupWorker().enable({ generation: stale, actor: ACTOR });
     expect(res).toMatchObject({
       enabled: false,
       refused: 'generation_changed',

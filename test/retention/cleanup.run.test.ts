@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { backendPid, testPool, waitUntilBlocked } from '../helpers/db';
 import {
+  ACTOR,
   blockedBehind,
   closeLegacyContract,
   countRows,
@@ -136,6 +137,7 @@ describe('bounds', () => {
     const d = await seedDirectory(pool);
     await seedReceipts(pool, d, 1000, OLD);
     const res = await owner().enable({
+      actor: ACTOR,
       generation: await currentGeneration(),
       dbBatchBudget: 3,
       workerOpBudget: 2,

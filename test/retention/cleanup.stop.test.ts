@@ -2,6 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vites
 import type { StopResult } from '../../workers/retention/types';
 import { backendPid, testPool, waitUntilBlocked } from '../helpers/db';
 import {
+  ACTOR,
   blockedBehind,
   cleanupWorker,
   closeLegacyContract,
@@ -12,6 +13,7 @@ import {
   enable,
   inOwner,
   owner,
+  resetOwner,
   runOnce,
   seedDirectory,
   seedReceipts,
@@ -50,7 +52,13 @@ const OLD = { ageMs: 40 * DAY_MS, expiredAgoMs: 33 * DAY_MS };
 
 beforeAll(() => closeLegacyContract(pool));
 // Stopping is what these tests do; each starts enabled.
-beforeEach(() => enable());
+beforeEach(async () => {
+  // Each test starts from an empty receipts table, a fresh sweep and fresh budgets: rows and
+  // a cursor an earlier test left would change which row a test's batch meets first.
+  await pool.query('delete from private.chat_reaction_operations');
+  await enable();
+  await resetOwner();
+});
 afterAll(() => pool.end());
 
 describe('durable stop', () => {
@@ -72,7 +80,7 @@ describe('durable stop', () => {
       await waitUntilBlocked(pool, await blockedBehind(pool, await backendPid(holder)));
       expect((await owner().status()).batchInFlight).toBe(true);
 
-      stop = cleanupWorker().stop();
+      stop = cleanupWorker().stop({ actor: ACTOR });
       // The new generation is persisted and execution disabled while the batch still waits.
       // Only the object knows when the stop got there (the request reaches it through the
       // Worker), so its status is read until it does; a stop that waited for the batch first
@@ -149,7 +157,7 @@ describe('durable stop', () => {
       await run;
 
       stopping = cleanupWorker()
-        .stop()
+        .stop({ actor: ACTOR })
         .then(async (res) => ({
           res,
           atAnswer: await observe(d, batchPid),
@@ -171,8 +179,6 @@ describe('durable stop', () => {
   });
 
   it("the database's generation alone stops a batch: a run admitted by the object deletes nothing after the row moved", async () => {
-    // Rows earlier tests of this file left would come first in key order.
-    await pool.query('delete from private.chat_reaction_operations');
     const d = await seedDirectory(pool);
     const ops = await seedReceipts(pool, d, 300, OLD);
     const holder = await pool.connect();
@@ -201,8 +207,54 @@ describe('durable stop', () => {
     expect(await countRows(pool, d)).toMatchObject({ receipts: 50 });
   });
 
+  it('a rollback is a stop first: its answer waits for the batch in flight, then the cursor is cleared', async () => {
+    const d = await seedDirectory(pool);
+    const ops = await seedReceipts(pool, d, 600, OLD);
+    // A first run leaves a cursor behind (budget 2: the probe and one batch).
+    await inOwner((_, state) =>
+      state.storage.sql.exec('update cleanup_state set db_batch_budget = 2, db_batches_used = 0'),
+    );
+    expect((await runOnce()).run).toMatchObject({ outcome: 'budget', batches: 1 });
+    expect((await owner().status()).cursor).not.toBeNull();
+    await inOwner((_, state) =>
+      state.storage.sql.exec('update cleanup_state set db_batch_budget = null, db_batches_used = 0'),
+    );
+    const holder = await pool.connect();
+    let rollingBack: ReturnType<ReturnType<typeof cleanupWorker>['rollback']>;
+    let run: ReturnType<typeof runOnce>;
+    try {
+      await holder.query('begin');
+      await holder.query(
+        'select 1 from private.chat_reaction_operations where actor_id = $1 and operation_id = $2 for update',
+        [d.actorId, ops[300]],
+      );
+      run = runOnce();
+      const batchPid = await blockedBehind(pool, await backendPid(holder));
+      rollingBack = cleanupWorker().rollback({ actor: ACTOR });
+      // The rollback's database fence queues behind the batch that holds the control row.
+      await waitUntilBlocked(pool, await blockedBehind(pool, batchPid));
+      expect(await owner().status()).toMatchObject({ enabled: false, batchInFlight: true });
+    } finally {
+      await holder.query('commit');
+      holder.release();
+    }
+    const rolledBack = await rollingBack;
+    expect(rolledBack.stop).toMatchObject({
+      confirmed: true,
+      enabled: false,
+      drained: { batchInFlight: true, batch: { settled: 'completed' }, run: { outcome: 'stopped' } },
+    });
+    expect(rolledBack.legacyContract).toMatchObject({ open: false, closedAndDrained: true });
+    expect((await run).run).toMatchObject({ outcome: 'stopped' });
+    expect(await owner().status()).toMatchObject({
+      enabled: false,
+      cursor: null,
+      control: { enabled: false },
+    });
+  });
+
   it('a stop with no batch in flight says so and leaves nothing scheduled', async () => {
-    const res = await cleanupWorker().stop();
+    const res = await cleanupWorker().stop({ actor: ACTOR });
     expect(res).toMatchObject({
       confirmed: true,
       enabled: false,

@@ -5,6 +5,7 @@ import type { RetentionCleanup } from '../../durable-objects/retention-cleanup';
 import { systemClock } from '../../workers/clock';
 import { closeLegacyContract as closeContract } from '../../workers/reaction-tickets/contract';
 import type { RetentionEnv } from '../../workers/retention/config';
+import type { Actor } from '../../workers/retention/control';
 import type { ScheduledResult } from '../../workers/retention/types';
 import type RetentionWorker from '../../workers/retention/worker';
 import { uid } from '../helpers/db';
@@ -30,6 +31,13 @@ export function inOwner<R>(
   const stub = owner() as unknown as DurableObjectStub<DurableObject & Rpc.DurableObjectBranded>;
   return runInDurableObject(stub, (instance, state) => fn(instance as unknown as RetentionCleanup, state));
 }
+
+/** Who the tests say they are when they enable, stop or roll back (the routes fill this in). */
+export const ACTOR: Actor = {
+  operator: 'test@example.com',
+  credential: 'retention_admin',
+  requestId: 'test',
+};
 
 /** The cleanup Worker's entrypoint: the RPC methods the main Worker's admin routes call through RETENTION. */
 export const cleanupWorker = () => exports.default as unknown as Service<typeof RetentionWorker>;
@@ -73,7 +81,7 @@ export async function currentGeneration(): Promise<number> {
 }
 
 export async function enable(): Promise<void> {
-  const res = await cleanupWorker().enable({ generation: await currentGeneration() });
+  const res = await cleanupWorker().enable({ generation: await currentGeneration(), actor: ACTOR });
   if (!res.enabled) throw new Error(`enable: ${JSON.stringify(res)}`);
 }
 

@@ -71,3 +71,75 @@ export async function holdForBatch(q: Q, generation: number, idleTimeoutMs: numb
   );
   return rows.length > 0;
 }
+
+/** Who asked for a change of the control row (docs/retention.md "Activation and rollback"). */
+export interface Actor {
+  /** The operator the request names (an email or handle); recorded, not verified. */
+  operator: string;
+  /** The credential that allowed it: the cleanup's own, or the general admin token (stop only). */
+  credential: 'retention_admin' | 'admin';
+  /** The main Worker's request ID (cf-ray), to find the request in its logs. */
+  requestId: string;
+}
+
+export type Action = 'enable' | 'stop' | 'rollback';
+
+export interface Activation {
+  action: Action;
+  operator: string;
+  credential: Actor['credential'];
+  generation: number;
+  at: string;
+}
+
+/** How long activation records are kept (docs/retention-rules.md). */
+export const ACTIVATION_RETENTION_DAYS = 400;
+/** At most this many expired records are deleted by one recorded action. */
+const ACTIVATION_PRUNE_ROWS = 100;
+
+/**
+ * Records an enable, stop or rollback in the transaction that changed the control row, and
+ * prunes records past their retention in the same statement.
+ */
+export async function recordActivation(
+  q: Q,
+  action: Action,
+  actor: Actor,
+  generation: number,
+): Promise<void> {
+  await q.query(
+    `with expired as (
+       delete from private.retention_activations where id in (
+         select id from private.retention_activations
+         where at < app_now() - $6::int * interval '1 day'
+         order by at limit $7)
+     )
+     insert into private.retention_activations (action, operator, credential, generation, request_id)
+     values ($1, $2, $3, $4, $5)`,
+    [
+      action,
+      actor.operator,
+      actor.credential,
+      generation,
+      actor.requestId,
+      ACTIVATION_RETENTION_DAYS,
+      ACTIVATION_PRUNE_ROWS,
+    ],
+  );
+}
+
+/** The latest records, newest first. */
+export async function readActivations(q: Q, limit: number): Promise<Activation[]> {
+  const { rows } = await q.query<{
+    action: Action;
+    operator: string;
+    credential: Actor['credential'];
+    generation: string;
+    at: Date;
+  }>(
+    `select action, operator, credential, generation, at from private.retention_activations
+     order by id desc limit $1`,
+    [limit],
+  );
+  return rows.map((r) => ({ ...r, generation: Number(r.generation), at: new Date(r.at).toISOString() }));
+}

@@ -1,4 +1,5 @@
-import type { Control } from './control';
+import type { LegacyContractStatus } from '../reaction-tickets/contract';
+import type { Activation, Actor, Control } from './control';
 import type { Prerequisites } from './prerequisites';
 import type { RunRecord } from './state';
 
@@ -22,14 +23,30 @@ export type EnableResult =
     }
   | { enabled: true; refused: null; reason: null; prerequisites: Prerequisites; status: RetentionStatus };
 
-/** What an enable carries: the generation the operator read (compare-and-set), lower budgets. */
+/** What an enable carries: who, the generation the operator read (compare-and-set), lower budgets. */
 export interface EnableRequest {
+  actor: Actor;
   generation: number;
   dbBatchBudget?: number;
   workerOpBudget?: number;
 }
 
+/** What a stop or a rollback carries: who asked. */
+export interface StopRequest {
+  actor: Actor;
+}
+
 export type StopResult = StopConfirmed | StopUnconfirmed;
+
+/**
+ * A rollback: a stop first (recorded as `rollback`), then the cursor cleared. It never touches
+ * the legacy write contract; `legacyContract` is read afterwards to show it is still closed
+ * (null when that read failed).
+ */
+export interface RollbackResult {
+  stop: StopResult;
+  legacyContract: LegacyContractStatus | null;
+}
 
 /** Stopped: the database generation moved and no batch can commit after `completedAt`. */
 export interface StopConfirmed {
@@ -69,6 +86,8 @@ export interface RetentionStatus {
    * did not answer within the status budget.
    */
   control: Control | null;
+  /** The latest enables, stops and rollbacks (newest first); empty when the database did not answer. */
+  activations: Activation[];
   enabledAt: number | null;
   stopAcknowledgedAt: number | null;
   running: boolean;

@@ -1,7 +1,14 @@
 import { WorkerEntrypoint } from 'cloudflare:workers';
 import { log } from '../log';
 import { loadRetentionConfig, type RetentionEnv } from './config';
-import type { EnableRequest, EnableResult, RetentionStatus, StopResult } from './types';
+import type {
+  EnableRequest,
+  EnableResult,
+  RetentionStatus,
+  RollbackResult,
+  StopRequest,
+  StopResult,
+} from './types';
 
 export { RetentionCleanup } from '../../durable-objects/retention-cleanup';
 
@@ -12,7 +19,9 @@ const HOURLY_CRON = '0 * * * *';
  * The retention cleanup Worker (retention.wrangler.toml, docs/retention.md): its own hourly
  * Cron Trigger, its own RetentionCleanup Durable Object and budgets. It has no public route:
  * the main Worker's admin routes reach it through the RETENTION service binding and call the
- * RPC methods below, which hand over to the one `singleton` object.
+ * RPC methods below, which hand over to the one `singleton` object. The caller has checked
+ * the credential (the cleanup's own for enable and rollback) and names the actor; this Worker
+ * is reachable by nothing else.
  */
 export default class RetentionWorker extends WorkerEntrypoint<RetentionEnv> {
   private owner() {
@@ -45,8 +54,12 @@ export default class RetentionWorker extends WorkerEntrypoint<RetentionEnv> {
     return this.owner().enable(request);
   }
 
-  async stop(): Promise<StopResult> {
-    return this.owner().stop();
+  async stop(request: StopRequest): Promise<StopResult> {
+    return this.owner().stop(request);
+  }
+
+  async rollback(request: StopRequest): Promise<RollbackResult> {
+    return this.owner().rollback(request);
   }
 
   async status(): Promise<RetentionStatus> {
