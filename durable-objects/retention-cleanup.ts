@@ -43,9 +43,13 @@ const STATUS_ACTIVATIONS = 20;
  * continuation: a run that does not finish leaves its cursor for the next cron tick, so
  * nothing can schedule itself after a stop.
  *
- * Stop protocol: persist a new stop generation (the acknowledgement), then disable, then
- * wait for the batch already admitted to drain. Every batch is admitted synchronously
- * against the stored generation and enabled flag, in the same turn that starts it.
+ * Stop protocol: persist a new stop generation (the acknowledgement), then disable, then the
+ * database fence (the control row, migration 0087), which waits for any batch still in
+ * Postgres whoever admitted it, then wait for the run. Every batch is admitted synchronously
+ * against the stored generation and enabled flag, in the same turn that starts it, and
+ * re-checked against the control row inside its own transaction. Enable is a compare-and-set
+ * on the control row's generation. Enables, stops and rollbacks are recorded in
+ * private.retention_activations with who asked (docs/retention.md).
  */
 export class RetentionCleanup extends DurableObject<RetentionEnv> {
   /** Tests replace it to move the run deadline and the budget day without sleeping. */
