@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { mkdtemp, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -20,6 +21,8 @@ let bundle: Promise<string> | undefined;
 function buildBundle(): Promise<string> {
   bundle ??= (async () => {
     const outdir = await mkdtemp(join(tmpdir(), 'reaction-ledger-retention-worker-'));
+    // The run's own copy: gone when the test process ends.
+    process.once('exit', () => rmSync(outdir, { recursive: true, force: true }));
     await promisify(execFile)(
       join(ROOT, 'node_modules/.bin/wrangler'),
       ['deploy', '--dry-run', '--outdir', outdir, '-c', RETENTION_CONFIG],
