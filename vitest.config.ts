@@ -1,8 +1,11 @@
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
+import { retentionAuxiliaryWorker } from './test/setup/retention-worker';
 import { createFileDatabase, startFileEmulator } from './test/setup/stack';
 
 export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
+/** The retention cleanup's own credential (enable, stop, rollback), distinct from the admin token. */
+export const TEST_RETENTION_ADMIN_TOKEN = 'test-retention-admin-token-fedcba9876543210';
 export const TEST_SECRET_KEYS = JSON.stringify({
   '1': 'MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=',
   '2': 'ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=',
@@ -22,9 +25,64 @@ export default defineConfig({
         plugins: [
           // Called once per test file (each file runs in its own workerd instance): every file
           // gets its own database, copied from the migrated template, and its own Lark emulator.
+          cloudflareTest(async ({ inject }) => {
+            const database = {
+              DATABASE_URL: await createFileDatabase(
+                inject('adminUrl'),
+                inject('templateDatabase'),
+                inject('databasePrefix'),
+              ),
+              NEON_WS_PROXY: inject('wsProxy'),
+            };
+            return {
+              main: './workers/index.ts',
+              wrangler: { configPath: './wrangler.toml' },
+              miniflare: {
+                bindings: {
+                  ...database,
+                  LARK_API_BASE: await startFileEmulator(),
+                  ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+                  RETENTION_ADMIN_TOKEN: TEST_RETENTION_ADMIN_TOKEN,
+                  SECRET_KEYS: TEST_SECRET_KEYS,
+                  LOG_LEVEL: 'warn',
+                  ACTOR_JWT_SECRET: TEST_ACTOR_JWT_SECRET,
+                  // Channel engine: long enough that tests drive the debounce (DB clock + DO alarm).
+                  CHANNEL_DEBOUNCE_MS: '20000',
+                  // Durable Object alarms never fire on their own: a test runs the passes it asks
+                  // for (runDurableObjectAlarm), and nothing runs behind its back.
+                  DO_ALARMS: 'manual',
+                },
+                // A rate limiter small enough to exceed in a test (the real ones, from
+                // wrangler.toml, allow hundreds a minute); a test swaps it in for one request.
+                ratelimits: { TEST_RATE_LIMIT_3: { simple: { limit: 3, period: 60 } } },
+                // The retention cleanup Worker (its deploy bundle), on the same database: the
+                // RETENTION service binding of wrangler.toml reaches it as in production.
+                workers: [await retentionAuxiliaryWorker({ ...database, LOG_LEVEL: 'warn' })],
+              },
+            };
+          }),
+        ],
+        test: {
+          name: 'workers',
+          // Projects do not inherit the root's test options.
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+          include: ['test/**/*.test.ts'],
+          exclude: ['test/node/**', 'test/retention/**'],
+          setupFiles: ['./test/setup/file-database.ts', './test/setup/tx-retries.ts'],
+          // Files share nothing (database, emulator, Durable Objects are their own): two at once.
+          fileParallelism: true,
+          maxWorkers: 2,
+        },
+      },
+      {
+        plugins: [
+          // The retention cleanup Worker (retention.wrangler.toml) as the Worker under test: its
+          // RetentionCleanup object is reachable with runInDurableObject. Its own database per
+          // file, like the workers project.
           cloudflareTest(async ({ inject }) => ({
-            main: './workers/index.ts',
-            wrangler: { configPath: './wrangler.toml' },
+            main: './workers/retention/worker.ts',
+            wrangler: { configPath: './retention.wrangler.toml' },
             miniflare: {
               bindings: {
                 DATABASE_URL: await createFileDatabase(
@@ -33,32 +91,17 @@ export default defineConfig({
                   inject('databasePrefix'),
                 ),
                 NEON_WS_PROXY: inject('wsProxy'),
-                LARK_API_BASE: await startFileEmulator(),
-                ADMIN_TOKEN: TEST_ADMIN_TOKEN,
-                SECRET_KEYS: TEST_SECRET_KEYS,
                 LOG_LEVEL: 'warn',
-                ACTOR_JWT_SECRET: TEST_ACTOR_JWT_SECRET,
-                // Channel engine: long enough that tests drive the debounce (DB clock + DO alarm).
-                CHANNEL_DEBOUNCE_MS: '20000',
-                // Durable Object alarms never fire on their own: a test runs the passes it asks
-                // for (runDurableObjectAlarm), and nothing runs behind its back.
-                DO_ALARMS: 'manual',
               },
-              // A rate limiter small enough to exceed in a test (the real ones, from
-              // wrangler.toml, allow hundreds a minute); a test swaps it in for one request.
-              ratelimits: { TEST_RATE_LIMIT_3: { simple: { limit: 3, period: 60 } } },
             },
           })),
         ],
         test: {
-          name: 'workers',
-          // Projects do not inherit the root's test options.
+          name: 'retention',
           testTimeout: 30_000,
           hookTimeout: 60_000,
-          include: ['test/**/*.test.ts'],
-          exclude: ['test/node/**'],
+          include: ['test/retention/**/*.test.ts'],
           setupFiles: ['./test/setup/file-database.ts', './test/setup/tx-retries.ts'],
-          // Files share nothing (database, emulator, Durable Objects are their own): two at once.
           fileParallelism: true,
           maxWorkers: 2,
         },

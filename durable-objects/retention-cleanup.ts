@@ -1,34 +1,65 @@
 import { DurableObject } from 'cloudflare:workers';
 import { type Clock, Deadline, systemClock } from '../workers/clock';
 import { openPool } from '../workers/db/pool';
-import { withTx } from '../workers/db/tx';
-import { type Config, type Env, loadConfig } from '../workers/env';
+import { sqlState, withTx } from '../workers/db/tx';
 import { log } from '../workers/log';
+import { getLegacyContractStatus, type LegacyContractStatus } from '../workers/reaction-tickets/contract';
+import { loadRetentionConfig, type RetentionConfig, type RetentionEnv } from '../workers/retention/config';
+import {
+  type Action,
+  type Activation,
+  type Actor,
+  type Control,
+  enableAtGeneration,
+  fenceStop,
+  readActivations,
+  readControl,
+  recordActivation,
+} from '../workers/retention/control';
 import { limitsFrom } from '../workers/retention/eligibility';
 import { checkPrerequisites, type Prerequisites } from '../workers/retention/prerequisites';
-import { type RunOutcome, runRetention } from '../workers/retention/run';
+import { type RunOutcome, runRetention, stopFenceBudgetMs } from '../workers/retention/run';
 import { CleanupStore, type RunRecord } from '../workers/retention/state';
-import type { EnableResult, RetentionStatus, ScheduledResult, StopResult } from '../workers/retention/types';
+import type {
+  EnableRequest,
+  EnableResult,
+  RetentionStatus,
+  RollbackResult,
+  ScheduledResult,
+  StopConfirmed,
+  StopRequest,
+  StopResult,
+} from '../workers/retention/types';
+
+/** How long a status read waits for the control row. */
+const STATUS_DB_BUDGET_MS = 2000;
+/** Activation records a status shows. */
+const STATUS_ACTIVATIONS = 20;
 
 /**
- * Singleton owner of the hourly receipt and fence cleanup (docs/retention.md). Starts
- * disabled. The `0 * * * *` cron calls `scheduledRun`; there is no alarm and no
+ * Singleton owner of the hourly receipt and fence cleanup (docs/retention.md), hosted by the
+ * cleanup's own Worker (workers/retention/worker.ts, retention.wrangler.toml). Starts
+ * disabled. That Worker's `0 * * * *` cron calls `scheduledRun`; there is no alarm and no
  * continuation: a run that does not finish leaves its cursor for the next cron tick, so
  * nothing can schedule itself after a stop.
  *
- * Stop protocol: persist a new stop generation (the acknowledgement), then disable, then
- * wait for the batch already admitted to drain. Every batch is admitted synchronously
- * against the stored generation and enabled flag, in the same turn that starts it.
+ * Stop protocol: persist a new stop generation (the acknowledgement), then disable, then the
+ * database fence (the control row, migration 0087), which waits for any batch still in
+ * Postgres whoever admitted it, then wait for the run. Every batch is admitted synchronously
+ * against the stored generation and enabled flag, in the same turn that starts it, and
+ * re-checked against the control row inside its own transaction. Enable is a compare-and-set
+ * on the control row's generation. Enables, stops and rollbacks are recorded in
+ * private.retention_activations with who asked (docs/retention.md).
  */
-export class RetentionCleanup extends DurableObject<Env> {
+export class RetentionCleanup extends DurableObject<RetentionEnv> {
   /** Tests replace it to move the run deadline and the budget day without sleeping. */
   clock: Clock = systemClock;
   private running: Promise<RunRecord> | null = null;
   private inFlight: Promise<unknown> | null = null;
   private storeCache: CleanupStore | null = null;
 
-  private config(): Config {
-    return loadConfig(this.env);
+  private config(): RetentionConfig {
+    return loadRetentionConfig(this.env);
   }
 
   private store(): CleanupStore {
@@ -126,39 +157,139 @@ export class RetentionCleanup extends DurableObject<Env> {
     }
   }
 
-  async enable(budgets: { dbBatchBudget?: number; workerOpBudget?: number } = {}): Promise<EnableResult> {
+  /**
+   * Enable as a compare-and-set on the generation the operator read (status `control.generation`):
+   * the prerequisites and the database's generation are checked in one transaction, then the
+   * object turns execution on only if no stop was acknowledged here meanwhile. A stop at any
+   * point wins; enabling after it needs a new request carrying the new generation.
+   */
+  async enable(request: EnableRequest): Promise<EnableResult> {
     const config = this.config();
+    const store = this.store();
+    const ackAtStart = store.read().stopGeneration;
     const pool = openPool(config, 1);
-    let prerequisites: Prerequisites;
+    let checked: { prerequisites: Prerequisites; control: Control | null; current: number };
     try {
-      prerequisites = await withTx(pool, { budgetMs: config.RETENTION_BATCH_TIMEOUT_MS }, (c) =>
-        checkPrerequisites(c, config),
+      checked = await withTx(
+        pool,
+        { budgetMs: config.RETENTION_BATCH_TIMEOUT_MS, maxAttempts: 1 },
+        async (c) => {
+          const prerequisites = await checkPrerequisites(c, config);
+          if (!prerequisites.satisfied) return { prerequisites, control: null, current: -1 };
+          const control = await enableAtGeneration(c, request.generation);
+          if (!control) return { prerequisites, control, current: (await readControl(c)).generation };
+          // In the transaction that turned the row on: recorded exactly when it committed.
+          await recordActivation(c, 'enable', request.actor, control.generation);
+          return { prerequisites, control, current: control.generation };
+        },
       );
     } finally {
       await pool.end();
     }
-    if (!prerequisites.satisfied) return { enabled: false, reason: prerequisites.reason!, prerequisites };
+    const { prerequisites, control } = checked;
+    if (!prerequisites.satisfied)
+      return { enabled: false, refused: 'prerequisites', reason: prerequisites.reason!, prerequisites };
+    const changed = (generation: number): EnableResult => ({
+      enabled: false,
+      refused: 'generation_changed',
+      reason: `The stop generation is ${generation}, not ${request.generation}: a stop came first. Read the status and enable again.`,
+      generation,
+    });
+    if (!control) return changed(checked.current);
     const capped = {
       dbBatchBudget:
-        budgets.dbBatchBudget && Math.min(budgets.dbBatchBudget, config.RETENTION_DAILY_DB_BATCHES),
+        request.dbBatchBudget && Math.min(request.dbBatchBudget, config.RETENTION_DAILY_DB_BATCHES),
       workerOpBudget:
-        budgets.workerOpBudget && Math.min(budgets.workerOpBudget, config.RETENTION_DAILY_WORKER_OPS),
+        request.workerOpBudget && Math.min(request.workerOpBudget, config.RETENTION_DAILY_WORKER_OPS),
     };
-    this.store().enable(this.clock.now(), capped);
-    log.info('retention_enabled', { stopGeneration: this.store().read().stopGeneration });
-    return { enabled: true, reason: null, prerequisites, status: await this.status() };
+    // A stop acknowledged while the transaction ran bumped the stored generation; its own
+    // database fence (queued behind or after ours) turns the row off again.
+    if (!store.enableIf(ackAtStart, this.clock.now(), capped)) return changed(store.read().stopGeneration);
+    store.raiseStopGeneration(control.generation);
+    log.info('retention_enabled', {
+      stopGeneration: control.generation,
+      operator: request.actor.operator,
+      credential: request.actor.credential,
+    });
+    return { enabled: true, refused: null, reason: null, prerequisites, status: await this.status() };
   }
 
-  async stop(): Promise<StopResult> {
+  /**
+   * Stop: (1) persist a new stop generation and disable here (the acknowledgement: no batch is
+   * admitted by this object after it); (2) the database fence, which waits for any batch
+   * transaction still holding the control row and moves the database's generation, so no
+   * batch admitted before, by this object or an earlier incarnation of it, can commit after
+   * the answer; (3) wait for the run to see the stop.
+   */
+  async stop(request: StopRequest): Promise<StopResult> {
+    return this.stopAs('stop', request.actor);
+  }
+
+  /**
+   * Rollback of an activation: a stop first (the same acknowledgement and database fence,
+   * recorded as `rollback`), then the cursor cleared, so a later enable starts a fresh sweep.
+   * It never writes the legacy write contract (closing it is one-way, migration 0084); the
+   * answer reads it to show it is still closed.
+   */
+  async rollback(request: StopRequest): Promise<RollbackResult> {
+    const stop = await this.stopAs('rollback', request.actor);
+    if (stop.confirmed) this.store().setCursor(null);
+    let legacyContract: LegacyContractStatus | null = null;
+    const pool = openPool(this.config(), 1);
+    try {
+      legacyContract = await withTx(
+        pool,
+        { budgetMs: STATUS_DB_BUDGET_MS, maxAttempts: 1 },
+        getLegacyContractStatus,
+      );
+    } catch (err) {
+      log.warn('retention_rollback_contract_unread', { error: err });
+    } finally {
+      await pool.end();
+    }
+    return { stop, legacyContract };
+  }
+
+  private async stopAs(action: Exclude<Action, 'enable'>, actor: Actor): Promise<StopResult> {
+    const config = this.config();
     const store = this.store();
     const acknowledgedAt = this.clock.now();
-    const stopGeneration = store.bumpStopGeneration(acknowledgedAt);
+    const acknowledged = store.bumpStopGeneration(acknowledgedAt);
     // The generation is durable before execution is disabled (and before we answer).
     await this.ctx.storage.sync();
-    log.info('retention_stop_acknowledged', { stopGeneration });
+    log.info('retention_stop_acknowledged', {
+      stopGeneration: acknowledged,
+      action,
+      operator: actor.operator,
+      credential: actor.credential,
+    });
     store.disable();
+    // What was in flight when the stop got here; the fence below waits for it in Postgres.
     const admitted = this.inFlight;
-    let batch: StopResult['drained']['batch'] = null;
+    const running = this.running;
+    let control: Control;
+    const pool = openPool(config, 1);
+    try {
+      const budgetMs = stopFenceBudgetMs(config.RETENTION_BATCH_TIMEOUT_MS);
+      control = await withTx(pool, { budgetMs, maxAttempts: 1 }, async (c) => {
+        const fenced = await fenceStop(c, acknowledged);
+        await recordActivation(c, action, actor, fenced.generation);
+        return fenced;
+      });
+    } catch (err) {
+      log.error('retention_stop_unconfirmed', { stopGeneration: acknowledged, error: err });
+      return {
+        confirmed: false,
+        stopGeneration: acknowledged,
+        acknowledgedAt,
+        enabled: false,
+        error: sqlState(err) ?? 'error',
+      };
+    } finally {
+      await pool.end();
+    }
+    store.raiseStopGeneration(control.generation);
+    let batch: StopConfirmed['drained']['batch'] = null;
     if (admitted) {
       batch = await admitted.then(
         (r) => {
@@ -170,10 +301,11 @@ export class RetentionCleanup extends DurableObject<Env> {
     }
     // The run itself sees the new generation before its next batch and ends.
     // By design: a run that throws is logged by its own caller (cron_failed); stop only waits.
-    const run = this.running ? await this.running.catch(() => null) : null;
+    const run = running ? await running.catch(() => null) : null;
     await this.ctx.storage.sync();
     return {
-      stopGeneration,
+      confirmed: true,
+      stopGeneration: control.generation,
       acknowledgedAt,
       enabled: false,
       completedAt: this.clock.now(),
@@ -182,14 +314,34 @@ export class RetentionCleanup extends DurableObject<Env> {
         batch,
         run: run && { outcome: run.outcome, batches: run.batches },
       },
+      control,
     };
+  }
+
+  /** The control row and the latest activations, or nulls when the database does not answer in time. */
+  private async readDatabaseState(): Promise<{ control: Control | null; activations: Activation[] }> {
+    const pool = openPool(this.config(), 1);
+    try {
+      return await withTx(pool, { budgetMs: STATUS_DB_BUDGET_MS, maxAttempts: 1 }, async (c) => ({
+        control: await readControl(c),
+        activations: await readActivations(c, STATUS_ACTIVATIONS),
+      }));
+    } catch (err) {
+      log.warn('retention_status_control_unavailable', { error: err });
+      return { control: null, activations: [] };
+    } finally {
+      await pool.end();
+    }
   }
 
   async status(): Promise<RetentionStatus> {
     const s = this.store().read();
+    const { control, activations } = await this.readDatabaseState();
     return {
       enabled: s.enabled,
       stopGeneration: s.stopGeneration,
+      control,
+      activations,
       enabledAt: s.enabledAt,
       stopAcknowledgedAt: s.stopAcknowledgedAt,
       running: this.running !== null,
@@ -197,6 +349,7 @@ export class RetentionCleanup extends DurableObject<Env> {
       // Position only: the table and timestamp, never the actor or operation of the key.
       cursor: s.cursor && { table: s.cursor.table, createdAt: s.cursor.createdAt },
       lastScheduledTime: s.lastScheduledTime,
+      lastCronAt: await this.lastCronAt(),
       alarmAt: await this.ctx.storage.getAlarm(),
       budgets: {
         day: s.budgetDay,

@@ -1,8 +1,10 @@
 // npm run dev: the whole service locally on embedded defaults.
 //   Postgres: DATABASE_URL, else an embedded server with data under .local/pg (kept between runs)
-//   migrations, the WebSocket bridge for the Neon driver, `wrangler dev` with scheduled testing,
-//   the Lark emulator (LARK_API_BASE, unless LARK_API_BASE is set), a demo Lark installation and a
-//   demo mobile conversation, and a ticker that drives the crons on their real schedule.
+//   migrations, the WebSocket bridge for the Neon driver, `wrangler dev` with scheduled testing
+//   for both Workers (the main one, and the retention cleanup Worker it reaches through its
+//   RETENTION service binding), the Lark emulator (LARK_API_BASE, unless LARK_API_BASE is set), a
+//   demo Lark installation and a demo mobile conversation, and a ticker that drives both
+//   Workers' crons on their real schedule.
 //   Ports: the service on PORT (8787), the emulator on PORT+1, everything else on free ports.
 //   The demos find the stack through .local/dev-stack.json. Ctrl-C stops everything.
 import { fileURLToPath } from 'node:url';
@@ -12,7 +14,7 @@ import { startBridge } from './lib/bridge';
 import { setupLarkDemo } from './lib/demo-setup';
 import { claimDevStack, devSecrets, LOCAL_DIR } from './lib/dev-stack';
 import { migrate } from './lib/migrator';
-import { devPorts, ensurePortFree, portTakenMessage } from './lib/ports';
+import { devPorts, ensurePortFree, freePort, portTakenMessage } from './lib/ports';
 import { usePostgres, withDatabase } from './lib/postgres';
 import { seedMobileDemo } from './lib/seed-mobile';
 import { startCronTicker } from './lib/ticker';
@@ -94,38 +96,74 @@ try {
     larkBase = emulatorUrl = emulator.url;
   }
 
+  // Both Workers find each other through a dev registry of this checkout's own (another
+  // checkout's Workers have the same names).
+  const registryPath = `${LOCAL_DIR}wrangler-registry`;
+  const database = { DATABASE_URL: databaseUrl, NEON_WS_PROXY: `127.0.0.1:${bridge.port}/v2` };
+  const startWorker = (name: string, opts: Parameters<typeof startWranglerDev>[0]) => {
+    const dev = startWranglerDev(opts);
+    cleanups.push(() => dev.stop());
+    dev.process.on('exit', (code) => {
+      if (!stopping) {
+        fail(`wrangler dev (${name}) exited (${code})`);
+        void shutdown(1);
+      }
+    });
+  };
+  // The retention cleanup Worker (retention.wrangler.toml): only the database secrets.
+  const retentionPort = await freePort();
+  startWorker('retention', {
+    root,
+    config: 'retention.wrangler.toml',
+    port: retentionPort,
+    envFile: `${LOCAL_DIR}retention.dev.vars`,
+    registryPath,
+    // Its own Durable Object state directory: the two workerd processes share no files. Its
+    // own inspector port: two wranglers starting together would both pick the first free one.
+    persistTo: `${root}.wrangler/retention-state`,
+    inspectorPort: await freePort(),
+    vars: database,
+  });
+
   await ensurePortFree(ports.service, 'service, PORT');
-  const envFile = `${LOCAL_DIR}dev.vars`;
-  const wrangler = startWranglerDev({
+  startWorker('service', {
     root,
     port: ports.service,
-    envFile,
+    envFile: `${LOCAL_DIR}dev.vars`,
+    registryPath,
     vars: {
       ...secrets,
-      DATABASE_URL: databaseUrl,
-      NEON_WS_PROXY: `127.0.0.1:${bridge.port}/v2`,
+      ...database,
       LARK_API_BASE: larkBase!,
     },
   });
-  cleanups.push(() => wrangler.stop());
-  wrangler.process.on('exit', (code) => {
-    if (!stopping) {
-      fail(`wrangler dev exited (${code})`);
-      void shutdown(1);
-    }
-  });
 
   const base = `http://127.0.0.1:${ports.service}`;
-  for (let i = 0; ; i++) {
-    const ok = await fetch(`${base}/healthz`)
-      .then((r) => r.ok)
-      // Not listening yet: wrangler is still starting.
-      .catch(() => false);
-    if (ok) break;
-    if (i > 240) throw new Error('the Worker did not become healthy within 60 s');
-    await new Promise((r) => setTimeout(r, 250));
+  const retentionBase = `http://127.0.0.1:${retentionPort}`;
+  // Up when it answers at all: the retention Worker has no routes (404 is its answer).
+  for (const [name, url] of [
+    ['the service', `${base}/healthz`],
+    ['the retention Worker', retentionBase],
+  ] as const) {
+    for (let i = 0; ; i++) {
+      const ok = await fetch(url)
+        .then((r) => r.ok || r.status === 404)
+        // Not listening yet: wrangler is still starting.
+        .catch(() => false);
+      if (ok) break;
+      if (i > 240) throw new Error(`${name} did not come up within 60 s`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
   }
-  cleanups.push(startCronTicker(base, say));
+  cleanups.push(
+    startCronTicker(
+      [
+        { baseUrl: base, crons: ['* * * * *'] },
+        { baseUrl: retentionBase, crons: ['0 * * * *'] },
+      ],
+      say,
+    ),
+  );
   const lark = emulatorUrl
     ? await setupLarkDemo({ serviceUrl: base, adminToken: secrets.ADMIN_TOKEN, emulatorUrl })
     : null;
@@ -135,6 +173,7 @@ try {
   say('ready');
   say(`  service   ${base}   (GET /healthz, /v1/openapi.json)`);
   say(`  admin     Authorization: Bearer ${secrets.ADMIN_TOKEN}`);
+  say(`            retention enable/stop/rollback: Authorization: Bearer ${secrets.RETENTION_ADMIN_TOKEN}`);
   say(
     lark
       ? `  lark      emulator ${emulatorUrl}; demo installation ${lark.installationId} → npm run demo`
@@ -143,7 +182,10 @@ try {
   say(`  mobile    actor ${mobile.actorId}, message ${mobile.messageId} in ${mobile.conversationId}`);
   say(`            Authorization: Bearer ${mobile.token}`);
   say('            → npx tsx examples/mobile-client/demo.ts');
-  say('  crons     driven locally every minute; Ctrl-C stops everything');
+  say(`  retention cleanup Worker on ${retentionBase} (no routes; the service reaches it through RETENTION)`);
+  say(
+    '  crons     driven locally: the service every minute, the retention Worker hourly; Ctrl-C stops everything',
+  );
 } catch (err) {
   fail(oneLine(err));
   await shutdown(1);

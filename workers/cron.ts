@@ -32,15 +32,8 @@ async function everyMinute(env: Env): Promise<unknown> {
   return { typingMaintenance, effects, housekeeping };
 }
 
-/** Asks the retention owner for its hourly run; it decides whether it is enabled. */
-async function hourly(env: Env, scheduledTime: number): Promise<unknown> {
-  const cleanup = env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('singleton'));
-  return { retention: await cleanup.scheduledRun(scheduledTime) };
-}
-
 export const CRON_HANDLERS: Record<string, CronHandler> = {
   '* * * * *': everyMinute,
-  '0 * * * *': hourly,
 };
 
 export async function dispatchCron(controller: ScheduledController, env: Env) {
@@ -54,8 +47,8 @@ export async function dispatchCron(controller: ScheduledController, env: Env) {
     const result = await handler(env, controller.scheduledTime);
     log.info('cron_done', { cron: controller.cron, durationMs: Date.now() - started, result });
   } catch (err) {
-    // Only the hourly handler can get here (the minute steps are isolated). Rethrown so the
-    // runtime records the invocation as failed.
+    // The minute steps are isolated, so only a handler added without that can get here.
+    // Rethrown so the runtime records the invocation as failed.
     log.error('cron_failed', { cron: controller.cron, error: err });
     throw err;
   }

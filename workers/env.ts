@@ -20,6 +20,9 @@ export const ConfigSchema = z.object({
   DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\/\S+$/, 'a postgres:// connection string'),
   NEON_WS_PROXY: z.string().min(1).optional(),
   ADMIN_TOKEN: z.string().min(24, 'at least 24 characters'),
+  // The retention cleanup's own credential (enable, stop, rollback; docs/retention.md). Unset:
+  // the cleanup cannot be activated. Must differ from ADMIN_TOKEN (checked in loadConfig).
+  RETENTION_ADMIN_TOKEN: z.string().min(24, 'at least 24 characters').optional(),
   SECRET_KEYS: z
     .string()
     .transform((raw, ctx) => {
@@ -59,6 +62,7 @@ export const ConfigSchema = z.object({
   AGENT_URL: z.string().url().optional(),
   AGENT_TIMEOUT_MS: intFromString(100, 120_000).default(20_000),
   // Retention cleanup (docs/retention.md): ages, the drain grace past ticket expiry, run bounds.
+  // Read by the cleanup's own Worker (retention.wrangler.toml, workers/retention/config.ts).
   RETENTION_RECEIPT_DAYS: intFromString(1, 3650).default(30),
   RETENTION_FENCE_DAYS: intFromString(1, 3650).default(90),
   RETENTION_DRAIN_GRACE_MS: intFromString(1000, 30 * 86_400_000).default(3_600_000),
@@ -107,6 +111,18 @@ export function loadConfig(env: Env): Config {
     log.error('bad_environment', { variable, problem: parsed.error.issues[0]?.message });
     throw new AppError('bad_environment', `Environment variable ${variable} is missing or malformed`);
   }
+  // A scoped credential equal to the general one would scope nothing. (Checked here, not as a
+  // refinement: other Workers pick fields from ConfigSchema, which a refined object forbids.)
+  if (
+    parsed.data.RETENTION_ADMIN_TOKEN !== undefined &&
+    parsed.data.RETENTION_ADMIN_TOKEN === parsed.data.ADMIN_TOKEN
+  ) {
+    log.error('bad_environment', { variable: 'RETENTION_ADMIN_TOKEN', problem: 'equal to ADMIN_TOKEN' });
+    throw new AppError(
+      'bad_environment',
+      'Environment variable RETENTION_ADMIN_TOKEN is missing or malformed',
+    );
+  }
   cache.set(env, parsed.data);
   registerConfiguredSecrets(parsed.data);
   return parsed.data;
@@ -115,11 +131,17 @@ export function loadConfig(env: Env): Config {
 /** Every configured secret value, so log.ts scrubs it from any line under any key. */
 function registerConfiguredSecrets(config: Config): void {
   registerSecret(config.ADMIN_TOKEN);
+  registerSecret(config.RETENTION_ADMIN_TOKEN);
   registerSecret(config.ACTOR_JWT_SECRET);
   for (const material of Object.values(config.SECRET_KEYS)) registerSecret(material);
-  registerSecret(config.DATABASE_URL);
+  registerDatabaseSecret(config.DATABASE_URL);
+}
+
+/** The connection string and its password (raw and decoded), for every Worker that connects. */
+export function registerDatabaseSecret(databaseUrl: string): void {
+  registerSecret(databaseUrl);
   try {
-    const url = new URL(config.DATABASE_URL.replace(/^postgres(ql)?:/, 'http:'));
+    const url = new URL(databaseUrl.replace(/^postgres(ql)?:/, 'http:'));
     registerSecret(url.password);
     registerSecret(decodeURIComponent(url.password));
   } catch {

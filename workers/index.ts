@@ -3,7 +3,6 @@ import { dispatchCron } from './cron';
 import type { Env } from './env';
 
 export { ActorHost } from '../durable-objects/actor-host';
-export { RetentionCleanup } from '../durable-objects/retention-cleanup';
 export { TypingMaintenance } from '../durable-objects/typing-maintenance';
 export { WorkspaceQuota } from '../durable-objects/workspace-quota';
 

@@ -81,7 +81,8 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
      insert into private.actors (id, workspace_id) values ('bench_actor', 'bench_ws');
      insert into private.conversations (id, workspace_id) values ('bench_conv', 'bench_ws');
      insert into private.messages (id, workspace_id, conversation_id) values ('bench_msg', 'bench_ws', 'bench_conv');
-     update private.write_contract_state set closed_at = now() - interval '1 day', drained_at = now() - interval '1 day'`,
+     update private.write_contract_state set closed_at = now() - interval '1 day', drained_at = now() - interval '1 day';
+     update private.retention_control set enabled = true`,
   );
   await neon.query('select 1');
   const rows: BenchRow[] = [];

@@ -29,3 +29,15 @@ export async function ensurePortFree(port: number, what: string): Promise<void> 
     probe.listen(port, '127.0.0.1', () => probe.close(() => resolve()));
   });
 }
+
+/** A port that was free on 127.0.0.1 a moment ago (for a process started right after). */
+export async function freePort(): Promise<number> {
+  return new Promise<number>((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}

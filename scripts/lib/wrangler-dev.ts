@@ -7,13 +7,27 @@ export interface WranglerDev {
 }
 
 /**
- * `wrangler dev --local --test-scheduled` on 127.0.0.1:`port`, with `vars` (secrets among
- * them) in a 0600 env file that stop() removes: on the command line (`--var`) every `ps`
- * showed them. `--env-file` also makes wrangler skip a hand-written `.dev.vars`.
+ * `wrangler dev --local --test-scheduled` of one Wrangler config on 127.0.0.1:`port`, with
+ * `vars` (secrets among them) in a 0600 env file that stop() removes: on the command line
+ * (`--var`) every `ps` showed them. `--env-file` also makes wrangler skip a hand-written
+ * `.dev.vars`.
+ *
+ * Two Workers bound by a service binding run as two of these sharing `registryPath`, wrangler's
+ * dev registry through which one finds the other. One `wrangler dev -c a -c b` session can run
+ * both too, but there (wrangler 4.86) the configs after the first get neither `--env-file` nor
+ * `--test-scheduled`: their secrets would have to sit in a `.dev.vars` and their crons could
+ * not be driven. A registry path of the checkout's own keeps two checkouts' Workers of the same
+ * names apart.
  */
 export function startWranglerDev(opts: {
   root: string;
   port: number;
+  /** The Wrangler config (default wrangler.toml). */
+  config?: string;
+  /** The inspector's port (default: wrangler's, the first free one from 9229). */
+  inspectorPort?: number;
+  /** Wrangler's dev registry directory (WRANGLER_REGISTRY_PATH); default: wrangler's global one. */
+  registryPath?: string;
   vars: Record<string, string>;
   envFile: string;
   /** Durable Object and cache state directory (wrangler's default is .wrangler/state). */
@@ -28,6 +42,8 @@ export function startWranglerDev(opts: {
     `${opts.root}node_modules/.bin/wrangler`,
     [
       'dev',
+      '-c',
+      opts.config ?? 'wrangler.toml',
       '--local',
       '--test-scheduled',
       '--ip',
@@ -37,6 +53,7 @@ export function startWranglerDev(opts: {
       '--env-file',
       opts.envFile,
       ...(opts.persistTo ? ['--persist-to', opts.persistTo] : []),
+      ...(opts.inspectorPort ? ['--inspector-port', String(opts.inspectorPort)] : []),
     ],
     {
       cwd: opts.root,
@@ -45,6 +62,7 @@ export function startWranglerDev(opts: {
         WRANGLER_SEND_METRICS: 'false',
         CLOUDFLARE_CF_FETCH_ENABLED: 'false',
         CI: 'true',
+        ...(opts.registryPath ? { WRANGLER_REGISTRY_PATH: opts.registryPath } : {}),
       },
       stdio: ['ignore', opts.quiet ? 'ignore' : 'inherit', 'inherit'],
       // Its own process group, so stop() ends wrangler and the workerd it started.

@@ -1,13 +1,14 @@
-import { runInDurableObject } from 'cloudflare:test';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { RetentionCleanup } from '../../durable-objects/retention-cleanup';
 import { backendPid, testPool, waitUntilBlocked } from '../helpers/db';
 import {
+  ACTOR,
   blockedBehind,
   closeLegacyContract,
   countRows,
+  currentGeneration,
   DAY_MS,
   enable,
+  inOwner,
   nextTickTime,
   owner,
   resetOwner,
@@ -22,7 +23,7 @@ const OLD = { ageMs: 40 * DAY_MS, expiredAgoMs: 33 * DAY_MS };
 const OLD_FENCE = { ageMs: 100 * DAY_MS, expiredAgoMs: 93 * DAY_MS };
 
 beforeAll(async () => {
-  await closeLegacyContract();
+  await closeLegacyContract(pool);
   await enable();
 });
 // Tests below spend budgets, replace the owner's clock and leave a cursor behind.
@@ -62,7 +63,7 @@ describe('a run', () => {
     expect(Object.keys(cursor!).sort()).toEqual(['createdAt', 'table']);
 
     // The object is evicted between runs: its memory is gone, its stored cursor is not.
-    await runInDurableObject(owner(), (_, state) => state.abort('evicted by test')).catch(() => undefined);
+    await inOwner((_, state) => state.abort('evicted by test')).catch(() => undefined);
     const second = await runOnce();
     expect(second.run).toMatchObject({ outcome: 'complete', batches: 2, rowsDeleted: 110 });
     expect(await countRows(pool, d)).toEqual({ receipts: 0, fences: 0 });
@@ -135,7 +136,12 @@ describe('bounds', () => {
   it('daily database and Worker operation budgets stop the run when spent, and roll over at 00:00 UTC', async () => {
     const d = await seedDirectory(pool);
     await seedReceipts(pool, d, 1000, OLD);
-    const res = await owner().enable({ dbBatchBudget: 3, workerOpBudget: 2 });
+    const res = await owner().enable({
+      actor: ACTOR,
+      generation: await currentGeneration(),
+      dbBatchBudget: 3,
+      workerOpBudget: 2,
+    });
     expect(res.enabled).toBe(true);
     // Budget 3: the probe and two batches, then the run stops.
     const first = await runOnce();
@@ -145,7 +151,7 @@ describe('bounds', () => {
     expect(await runOnce()).toMatchObject({ ran: false, reason: 'budget' });
     expect(await countRows(pool, d)).toMatchObject({ receipts: 500 });
     // The next UTC day brings fresh budgets; the cursor carries on.
-    await runInDurableObject(owner(), (instance: RetentionCleanup) => {
+    await inOwner((instance) => {
       const tomorrow = Date.now() + DAY_MS;
       instance.clock = { now: () => tomorrow };
     });
@@ -156,7 +162,7 @@ describe('bounds', () => {
   it('stops at the fixed execution deadline; the next run resumes', async () => {
     const d = await seedDirectory(pool);
     await seedReceipts(pool, d, 2000, OLD);
-    await runInDurableObject(owner(), (instance: RetentionCleanup) => {
+    await inOwner((instance) => {
       // Every reading of the clock moves it 3 s: the 25 s deadline arrives after two batches.
       let t = Date.now();
       instance.clock = { now: () => (t += 3000) };
@@ -174,7 +180,7 @@ describe('bounds', () => {
   it('a failed batch (lock_timeout) ends the run with no retry; already deleted rows are a no-op', async () => {
     const d = await seedDirectory(pool);
     const ops = await seedReceipts(pool, d, 300, OLD);
-    await runInDurableObject(owner(), (instance: RetentionCleanup) => {
+    await inOwner((instance) => {
       // A short statement budget, so the blocked batch fails quickly (as production would at 5 s).
       (instance as unknown as { env: Record<string, unknown> }).env = {
         ...(instance as unknown as { env: Record<string, unknown> }).env,
@@ -197,7 +203,7 @@ describe('bounds', () => {
       // Now the blocked batch meets a row that its holder deletes: a successful no-op. A new
       // instance has the production budget (abort always rejects: that is how it ends one),
       // so the batch is not timed out while the test is still getting to the delete.
-      await runInDurableObject(owner(), (_, state) => state.abort('reset env')).catch(() => undefined);
+      await inOwner((_, state) => state.abort('reset env')).catch(() => undefined);
       const pending = runOnce();
       await waitUntilBlocked(pool, await blockedBehind(pool, await backendPid(holder)));
       await holder.query(
@@ -210,7 +216,7 @@ describe('bounds', () => {
       expect(second.run!.rowsDeleted).toBe(299);
     } finally {
       holder.release();
-      await runInDurableObject(owner(), (_, state) => state.abort('reset env')).catch(() => undefined);
+      await inOwner((_, state) => state.abort('reset env')).catch(() => undefined);
     }
     expect(await countRows(pool, d)).toMatchObject({ receipts: 0 });
   });

@@ -1,39 +1,46 @@
-import {
-  createExecutionContext,
-  createScheduledController,
-  runInDurableObject,
-  waitOnExecutionContext,
-} from 'cloudflare:test';
+import { runInDurableObject } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import type { RetentionCleanup } from '../../durable-objects/retention-cleanup';
 import { systemClock } from '../../workers/clock';
-import worker from '../../workers/index';
+import { closeLegacyContract as closeContract } from '../../workers/reaction-tickets/contract';
+import type { RetentionEnv } from '../../workers/retention/config';
+import type { Actor } from '../../workers/retention/control';
 import type { ScheduledResult } from '../../workers/retention/types';
+import type RetentionWorker from '../../workers/retention/worker';
 import { uid } from '../helpers/db';
 
-// biome-ignore lint/suspicious/noExplicitAny: test convenience over JSON bodies
-type Json = any;
+/**
+ * These files run in the `retention` project: the Worker under test is the retention
+ * cleanup Worker (retention.wrangler.toml), so `env` holds its bindings.
+ */
+const renv = env as unknown as RetentionEnv;
 
 export const DAY_MS = 86_400_000;
 export const HOUR_MS = 3_600_000;
 
-export const owner = () => env.RETENTION_CLEANUP.get(env.RETENTION_CLEANUP.idFromName('singleton'));
+export const owner = () => renv.RETENTION_CLEANUP.get(renv.RETENTION_CLEANUP.idFromName('singleton'));
 
-export async function admin(
-  method: string,
-  path: string,
-  body?: unknown,
-): Promise<{ status: number; body: Json }> {
-  const init: RequestInit = {
-    method,
-    headers: { authorization: `Bearer ${env.ADMIN_TOKEN}`, 'content-type': 'application/json' },
-  };
-  if (body !== undefined) init.body = JSON.stringify(body);
-  const res = await exports.default.fetch(`http://test${path}`, init);
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : null };
+/**
+ * runInDurableObject on the owner. Its typing expects an object over the main Worker's Env;
+ * RetentionCleanup's is RetentionEnv.
+ */
+export function inOwner<R>(
+  fn: (instance: RetentionCleanup, state: DurableObjectState) => R | Promise<R>,
+): Promise<R> {
+  const stub = owner() as unknown as DurableObjectStub<DurableObject & Rpc.DurableObjectBranded>;
+  return runInDurableObject(stub, (instance, state) => fn(instance as unknown as RetentionCleanup, state));
 }
+
+/** Who the tests say they are when they enable, stop or roll back (the routes fill this in). */
+export const ACTOR: Actor = {
+  operator: 'test@example.com',
+  credential: 'retention_admin',
+  requestId: 'test',
+};
+
+/** The cleanup Worker's entrypoint: the RPC methods the main Worker's admin routes call through RETENTION. */
+export const cleanupWorker = () => exports.default as unknown as Service<typeof RetentionWorker>;
 
 /** Hourly ticks with strictly increasing scheduled times (a repeated time is a duplicate). */
 let tick = Date.UTC(2030, 0, 1);
@@ -46,21 +53,36 @@ export function runOnce(scheduledTime = nextTickTime()): Promise<ScheduledResult
   return owner().scheduledRun(scheduledTime);
 }
 
-/** The `0 * * * *` cron as Cloudflare delivers it, through the Worker's scheduled handler. */
+/** The `0 * * * *` tick: the Worker's scheduled handler with what a Cron Trigger passes. */
 export async function cronTick(scheduledTime = nextTickTime()): Promise<void> {
-  const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ cron: '0 * * * *', scheduledTime }), env, ctx);
-  await waitOnExecutionContext(ctx);
+  const worker = cleanupWorker() as unknown as {
+    scheduled(controller: { cron: string; scheduledTime: number }): Promise<void>;
+  };
+  await worker.scheduled({ cron: '0 * * * *', scheduledTime });
 }
 
-export async function closeLegacyContract(): Promise<void> {
-  const res = await admin('POST', '/admin/reaction-contract/legacy/close');
-  if (res.status !== 200) throw new Error(`close: ${res.status} ${JSON.stringify(res.body)}`);
+/** Closes the legacy write contract in the database (the main Worker's admin route does the same). */
+export async function closeLegacyContract(pool: Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('begin');
+    await closeContract(client, 'test');
+    await client.query('commit');
+  } finally {
+    client.release();
+  }
+}
+
+/** The generation an enable must carry: the database's, as the status shows it. */
+export async function currentGeneration(): Promise<number> {
+  const control = (await owner().status()).control;
+  if (!control) throw new Error('status: the control row did not answer');
+  return control.generation;
 }
 
 export async function enable(): Promise<void> {
-  const res = await admin('POST', '/admin/retention/enable');
-  if (res.status !== 200) throw new Error(`enable: ${res.status} ${JSON.stringify(res.body)}`);
+  const res = await cleanupWorker().enable({ generation: await currentGeneration(), actor: ACTOR });
+  if (!res.enabled) throw new Error(`enable: ${JSON.stringify(res)}`);
 }
 
 /**
@@ -70,7 +92,7 @@ export async function enable(): Promise<void> {
  * cursor would otherwise wait for the next sweep, as they would in production.
  */
 export async function resetOwner(opts: { sweep?: boolean } = { sweep: true }): Promise<void> {
-  await runInDurableObject(owner(), async (instance: RetentionCleanup, state) => {
+  await inOwner(async (instance, state) => {
     instance.clock = systemClock;
     state.storage.sql.exec(
       'update cleanup_state set db_batches_used = 0, worker_ops_used = 0, db_batch_budget = null, worker_op_budget = null',

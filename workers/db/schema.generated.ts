@@ -305,6 +305,23 @@ export interface PrivateReactionTickets {
   workspace_id: string;
 }
 
+export interface PrivateRetentionActivations {
+  action: string;
+  at: Generated<Timestamp>;
+  credential: string;
+  generation: Int8;
+  id: Generated<Int8>;
+  operator: string;
+  request_id: string;
+}
+
+export interface PrivateRetentionControl {
+  changed_at: Generated<Timestamp>;
+  enabled: Generated<boolean>;
+  generation: Generated<Int8>;
+  id: Generated<boolean>;
+}
+
 export interface PrivateWorkspaces {
   created_at: Generated<Timestamp>;
   id: string;
@@ -343,6 +360,8 @@ export interface DB {
   "private.message_reactions": PrivateMessageReactions;
   "private.messages": PrivateMessages;
   "private.reaction_tickets": PrivateReactionTickets;
+  "private.retention_activations": PrivateRetentionActivations;
+  "private.retention_control": PrivateRetentionControl;
   "private.workspaces": PrivateWorkspaces;
   "private.write_contract_state": PrivateWriteContractState;
 }

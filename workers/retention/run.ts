@@ -4,6 +4,7 @@ import { sqlState, withTx } from '../db/tx';
 import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { type BatchResult, deleteBatch } from './batch';
+import { holdForBatch, readControl } from './control';
 import { type RetentionCursor, type RetentionLimits, START_KEY, TABLE_ORDER } from './eligibility';
 import { probe } from './probe';
 
@@ -13,6 +14,16 @@ export const MAX_BATCHES = 10;
 export const MIN_BATCH_MS = 200;
 /** The Worker-side bound on one statement: its statement_timeout plus this much transport. */
 export const REQUEST_SLACK_MS = 1000;
+
+/**
+ * How long a stop's database fence may wait for the control row: a batch holds it FOR SHARE
+ * for at most its statement budget, and at most that long again idle in its transaction
+ * (the batch sets idle_in_transaction_session_timeout to its budget) when the Worker that ran
+ * it is gone; plus transport.
+ */
+export function stopFenceBudgetMs(batchTimeoutMs: number): number {
+  return 2 * batchTimeoutMs + REQUEST_SLACK_MS;
+}
 
 export type RunOutcome =
   | 'empty' // nothing eligible: finished after one read
@@ -76,12 +87,12 @@ export async function runRetention(opts: RunOptions): Promise<RunReport> {
     oldestEligibleAgeMs: null,
     error: null,
   };
-  const statement = <T>(fn: (client: PoolClient) => Promise<T>): Promise<T> => {
+  const statement = <T>(fn: (client: PoolClient, budgetMs: number) => Promise<T>): Promise<T> => {
     const budgetMs = Math.min(opts.batchTimeoutMs, deadline.remaining());
     // maxAttempts 1: no automatic retry; a failed statement ends the run. A lock wait gives
     // up (55P03, 'failed') before the statement's own ceiling (57014, 'deadline').
     const lockTimeoutMs = Math.max(1, Math.floor(budgetMs * 0.8));
-    const work = withTx(pool, { budgetMs, lockTimeoutMs, maxAttempts: 1 }, fn);
+    const work = withTx(pool, { budgetMs, lockTimeoutMs, maxAttempts: 1 }, (c) => fn(c, budgetMs));
     hooks.track(work);
     // Stops waiting after the budget; the statement itself ends by its own statement_timeout.
     return withTimeout(work, budgetMs + REQUEST_SLACK_MS, () => new RequestDeadline());
@@ -89,8 +100,14 @@ export async function runRetention(opts: RunOptions): Promise<RunReport> {
   try {
     const first = hooks.admit('probe');
     if (first !== 'ok') return { ...report, outcome: first };
-    const look = await statement((c) => probe(c, limits));
+    const { control, look } = await statement(async (c) => ({
+      control: await readControl(c),
+      look: await probe(c, limits),
+    }));
     report.oldestEligibleAgeMs = look.oldestEligibleAgeMs;
+    // The database's half of the stop: a stop that reached only the database (its object was
+    // reset before answering) still stops the run.
+    if (!control.enabled) return { ...report, outcome: 'stopped' };
     if (!look.contract.closedAndDrained) return { ...report, outcome: 'prerequisites' };
     if (!look.drainVerified) return { ...report, outcome: 'drain_unverified' };
     if (look.oldestEligibleAgeMs === null) {
@@ -104,7 +121,11 @@ export async function runRetention(opts: RunOptions): Promise<RunReport> {
       const admission = hooks.admit('batch');
       if (admission !== 'ok') return { ...report, outcome: admission };
       const table = cursor?.table ?? TABLE_ORDER[0]!;
-      const done = await statement((c) => deleteBatch(c, table, limits, cursor));
+      const done = await statement(async (c, budgetMs) =>
+        (await holdForBatch(c, control.generation, budgetMs)) ? deleteBatch(c, table, limits, cursor) : null,
+      );
+      // The control row moved since the probe: a stop committed in the database.
+      if (done === null) return { ...report, outcome: 'stopped' };
       report.batches += 1;
       report.rowsSelected += done.selected;
       report.rowsDeleted += done.deleted;

@@ -82,14 +82,33 @@ export class CleanupStore {
     };
   }
 
-  enable(at: number, budgets: { dbBatchBudget?: number; workerOpBudget?: number }): void {
-    this.sql.exec(
+  /**
+   * Turns execution on only if no stop was acknowledged since the enable began (the stop
+   * generation is still `generation`): a stop acknowledged at any point wins. Returns
+   * whether it did.
+   */
+  enableIf(
+    generation: number,
+    at: number,
+    budgets: { dbBatchBudget?: number; workerOpBudget?: number },
+  ): boolean {
+    const cursor = this.sql.exec(
       `update cleanup_state set enabled = 1, enabled_at = ?,
          db_batch_budget = coalesce(?, db_batch_budget), worker_op_budget = coalesce(?, worker_op_budget)
-       where id = 1`,
+       where id = 1 and stop_generation = ?`,
       at,
       budgets.dbBatchBudget ?? null,
       budgets.workerOpBudget ?? null,
+      generation,
+    );
+    return cursor.rowsWritten > 0;
+  }
+
+  /** After the database fence: the stored generation is never behind the database's. */
+  raiseStopGeneration(generation: number): void {
+    this.sql.exec(
+      'update cleanup_state set stop_generation = max(stop_generation, ?) where id = 1',
+      generation,
     );
   }
 

@@ -10,22 +10,35 @@ import {
   snapshot,
   ticketFor,
 } from '../reaction-tickets/helpers';
-import { admin, closeLegacyContract, cronTick, DAY_MS, enable, owner, runOnce } from './helpers';
+import {
+  cleanupStatus,
+  closeLegacyContract,
+  currentGeneration,
+  DAY_MS,
+  enable,
+  OPERATOR,
+  runOnce,
+  scoped,
+} from './helpers';
 
 const pool = testPool();
 const reopen = () => reopenLegacyContract(pool);
 afterEach(() => setDbClockOffset(pool, 0));
 afterAll(() => pool.end());
 
-// This file's database starts with the contract open, and its owner starts disabled.
+// This file's database starts with the contract open, and its owner (in the retention Worker)
+// starts disabled. Everything goes through the main Worker's routes and the retention Worker's cron.
 describe('prerequisites gate', () => {
   it('a fresh owner starts disabled and its cron tick runs nothing', async () => {
-    expect((await owner().status()).enabled).toBe(false);
-    expect(await runOnce()).toEqual({ ran: false, reason: 'disabled' });
+    expect((await cleanupStatus()).enabled).toBe(false);
+    expect(await runOnce()).toBeNull();
   });
 
   it('enabling before the legacy contract is closed and drained is refused with the reason', async () => {
-    const res = await admin('POST', '/admin/retention/enable');
+    const res = await scoped('POST', '/admin/retention/enable', {
+      generation: await currentGeneration(),
+      operator: OPERATOR,
+    });
     expect(res.status).toBe(412);
     expect(res.body.error.code).toBe('precondition_failed');
     expect(res.body.error.message).toMatch(/legacy unbounded write contract is still open/);
@@ -33,12 +46,15 @@ describe('prerequisites gate', () => {
       open: true,
       closedAndDrained: false,
     });
-    expect((await owner().status()).enabled).toBe(false);
-    await cronTick();
-    expect((await owner().status()).enabled).toBe(false);
+    expect((await cleanupStatus()).enabled).toBe(false);
+    expect(await runOnce()).toBeNull();
+    expect((await cleanupStatus()).enabled).toBe(false);
 
     await closeLegacyContract();
-    const ok = await admin('POST', '/admin/retention/enable');
+    const ok = await scoped('POST', '/admin/retention/enable', {
+      generation: await currentGeneration(),
+      operator: OPERATOR,
+    });
     expect(ok.status).toBe(200);
     expect(ok.body).toMatchObject({ enabled: true, prerequisites: { satisfied: true } });
   });
@@ -47,8 +63,7 @@ describe('prerequisites gate', () => {
     await closeLegacyContract();
     await enable();
     await reopen();
-    const r = await runOnce();
-    expect(r.run).toMatchObject({ outcome: 'prerequisites', batches: 0, rowsDeleted: 0 });
+    expect(await runOnce()).toMatchObject({ outcome: 'prerequisites', batches: 0, rowsDeleted: 0 });
   });
 });
 
@@ -74,10 +89,13 @@ describe('after deletion, a delayed request still cannot apply', () => {
 
     // 91 days later the cleanup has deleted the receipt and the fence.
     await setDbClockOffset(pool, 91 * DAY_MS);
-    const enabled = await admin('POST', '/admin/retention/enable');
+    const enabled = await scoped('POST', '/admin/retention/enable', {
+      generation: await currentGeneration(),
+      operator: OPERATOR,
+    });
     expect(enabled.status).toBe(200);
     // Two receipts and the fence: this file's only rows, all in one run.
-    expect((await runOnce()).run).toMatchObject({ outcome: 'complete', rowsDeleted: 3 });
+    expect(await runOnce()).toMatchObject({ outcome: 'complete', rowsDeleted: 3 });
     const { rows } = await pool.query(
       `select (select count(*)::int from private.chat_reaction_operations where actor_id = $1) as receipts,
               (select count(*)::int from private.chat_retired_reaction_operations where actor_id = $1) as fences`,
