@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { AppEnv } from '../context';
 import { AppError } from '../errors';
 import { readJsonBody } from '../lib/json-body';
+import { pgText } from '../lib/pg-text';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
 import {
@@ -20,10 +21,10 @@ const ApiBase = z
     v === 'lark' ? 'https://open.larksuite.com' : v === 'feishu' ? 'https://open.feishu.cn' : v,
   )
   .transform((v) => v.replace(/\/+$/, ''));
-const Secret = z.string().min(1).max(512);
+const Secret = pgText().min(1).max(512);
 
 const Register = z.strictObject({
-  workspace_id: z.string().min(1).max(128),
+  workspace_id: pgText().min(1).max(128),
   app_id: z.string().regex(/^cli_[A-Za-z0-9]+$/, 'a Lark App ID (cli_…)'),
   app_secret: Secret,
   verification_token: Secret,
@@ -54,8 +55,8 @@ export const installations = new Hono<AppEnv>()
       verificationToken: input.verification_token,
       encryptKey: input.encrypt_key ?? null,
     }).catch((err: { code?: string }) => {
-      if (err.code === '23505')
-        throw new AppError('conflict', 'This app is already installed in this workspace');
+      // lark_installations_app: one installation per app, in any workspace (docs/lark.md).
+      if (err.code === '23505') throw new AppError('conflict', 'This Lark app is already installed');
       throw err;
     });
     log.info('lark_installation_registered', { installationId: row.id, appId: row.app_id });
