@@ -7,7 +7,8 @@ import { loadInstallation } from '../installations/store';
 import { MessageReceiveEvent } from '../lark/schemas';
 import { openDelivery } from '../lark/verify';
 import { log } from '../log';
-import { acceptInboundMessage } from './accept';
+import { recordRejectedEvent } from '../lark/event-receipts';
+import { acceptInboundMessage, unstorableField } from './accept';
 import { afterInboundAnswered, type InboundMessage, type RecordedInput } from './inbound';
 
 /**
@@ -24,7 +25,8 @@ const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
  * then for a user's im.message.receive_v1 inserts the event_id receipt, records the input,
  * enqueues it on its conversation and registers its typing badge in ONE autocommit
  * statement (accept.ts), and only then answers 200. Everything else is acknowledged and
- * ignored. Rejections are 4xx lark_* codes with nothing written.
+ * ignored. Rejections are 4xx lark_* codes with nothing written; a verified message whose text
+ * Postgres cannot store is acknowledged and only its receipt is written, as `rejected`.
  */
 export const webhook = new Hono<AppEnv>().post('/:installationId', async (c) => {
   const receivedAtMs = c.var.clock.now();
@@ -87,6 +89,20 @@ async function handle(
     event: parsed.data,
     receivedAtMs,
   };
+  // Verified, but Postgres cannot store it: redelivering cannot help, so it is acknowledged and
+  // its receipt says rejected (the redeliveries are then duplicates). Logged once, when new.
+  const unstorable = unstorableField(inbound);
+  if (unstorable) {
+    if (!(await recordRejectedEvent(pool, installation.id, header.event_id, header.event_type)))
+      return c.json({ ok: true, duplicate: true });
+    log.warn('lark_event_unstorable', {
+      installationId,
+      eventId: header.event_id,
+      field: unstorable,
+      requestId: c.var.requestId,
+    });
+    return c.json({ ok: true, rejected: 'unstorable' });
+  }
   const recorded = await acceptInboundMessage(pool, inbound, c.var.config.SECRET_KEYS);
   if (!recorded) return c.json({ ok: true, duplicate: true });
   runAfterAnswer(c, recorded);
