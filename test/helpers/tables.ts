@@ -43,7 +43,5 @@ export async function tableSums(pool: Pool): Promise<Record<string, TableSum>> {
 /** The tables whose count or content differ between two snapshots. */
 export function changedTables(before: Record<string, TableSum>, after: Record<string, TableSum>): string[] {
   const names = new Set([...Object.keys(before), ...Object.keys(after)]);
-  return [...names].filter(
-    (t) => before[t]?.rows !== after[t]?.rows || before[t]?.md5 !== after[t]?.md5,
-  );
+  return [...names].filter((t) => before[t]?.rows !== after[t]?.rows || before[t]?.md5 !== after[t]?.md5);
 }

@@ -10,7 +10,11 @@ import { admin, buildEvent, emu, errorCode, installApp, submit } from './helpers
 const pool = testPool(3);
 afterAll(() => pool.end());
 
-const SECRETS = { app_secret: 'app-secret-value', verification_token: 'vtoken-value', encrypt_key: 'ekey-value' };
+const SECRETS = {
+  app_secret: 'app-secret-value',
+  verification_token: 'vtoken-value',
+  encrypt_key: 'ekey-value',
+};
 const appId = () => `cli_${uid('a').replace(/[^A-Za-z0-9]/g, '')}`;
 
 describe('installations refuse text Postgres cannot store, writing nothing', () => {

@@ -41,7 +41,10 @@ async function receipts(installationId: string) {
 
 const CASES: [string, (p: Payload) => void][] = [
   ['U+0000 in the message text', (p) => (p.event.message.content = JSON.stringify({ text: 'a\u0000b' }))],
-  ['a lone surrogate in the message text', (p) => (p.event.message.content = JSON.stringify({ text: 'a\ud800b' }))],
+  [
+    'a lone surrogate in the message text',
+    (p) => (p.event.message.content = JSON.stringify({ text: 'a\ud800b' })),
+  ],
   ['U+0000 in the raw content', (p) => (p.event.message.content = '{"text":"x"}\u0000')],
   ['U+0000 in the chat id', (p) => (p.event.message.chat_id = 'oc_a\u0000b')],
   ['a lone surrogate in the sender id', (p) => (p.event.sender.sender_id.open_id = 'ou_\udc00')],
@@ -91,7 +94,10 @@ describe('a signed event Postgres cannot store is acknowledged and recorded as r
     const bad = await signedEdited(app, CASES[0]![1]);
     expect((await submit(app.installationId, bad.request)).status).toBe(200);
     const good = await signedEdited(app, (p) => (p.header.event_id = bad.eventId));
-    expect(await (await submit(app.installationId, good.request)).json()).toEqual({ ok: true, duplicate: true });
+    expect(await (await submit(app.installationId, good.request)).json()).toEqual({
+      ok: true,
+      duplicate: true,
+    });
     expect(await receipts(app.installationId)).toEqual([{ event_id: bad.eventId, status: 'rejected' }]);
   });
 });

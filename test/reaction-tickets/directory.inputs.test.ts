@@ -34,7 +34,13 @@ describe('admin directory upserts refuse text Postgres cannot store, writing not
   for (const [what, text] of Object.entries(UNSTORABLE)) {
     it(`${what} in a workspace name, actor name, conversation title or message body → 400 validation_failed`, async () => {
       const { workspaceId, conversationId, actors } = world;
-      await expectRefusedUnwritten('PUT', `/admin/workspaces/${uid('ws')}`, { name: text }, 400, 'validation_failed');
+      await expectRefusedUnwritten(
+        'PUT',
+        `/admin/workspaces/${uid('ws')}`,
+        { name: text },
+        400,
+        'validation_failed',
+      );
       await expectRefusedUnwritten(
         'PUT',
         `/admin/actors/${uid('actor')}`,
@@ -60,7 +66,10 @@ describe('admin directory upserts refuse text Postgres cannot store, writing not
   }
 
   it('the refusal names the field, never the value', async () => {
-    const res = await call('PUT', `/admin/workspaces/${uid('ws')}`, { admin: true, body: { name: 'x\u0000y' } });
+    const res = await call('PUT', `/admin/workspaces/${uid('ws')}`, {
+      admin: true,
+      body: { name: 'x\u0000y' },
+    });
     expect(res.body.error.details).toEqual([{ path: ['name'], message: expect.any(String) }]);
     expect(JSON.stringify(res.body)).not.toContain('x\\u0000y');
   });

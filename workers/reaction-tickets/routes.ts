@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
-import { bodyLimit } from 'hono/body-limit';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
+import { limitBody } from '../lib/body-limit';
 import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
 import { lockMessage } from './locks';
@@ -33,15 +33,7 @@ reactionApi.openAPIRegistry.registerComponent('securitySchemes', 'actorBearer', 
 });
 for (const path of ['/reaction-tickets', '/reaction-operations/*', '/messages/*']) {
   reactionApi.use(path, requireActor());
-  reactionApi.use(
-    path,
-    bodyLimit({
-      maxSize: MAX_BODY_BYTES,
-      onError: () => {
-        throw new AppError('payload_too_large', `Body over ${MAX_BODY_BYTES} bytes`);
-      },
-    }),
-  );
+  reactionApi.use(path, limitBody(MAX_BODY_BYTES));
 }
 
 const security = [{ actorBearer: [] }];
