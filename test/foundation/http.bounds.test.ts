@@ -27,7 +27,9 @@ function adminWriteRoutes(): { method: string; path: string }[] {
     if (!r.path.startsWith('/admin') || !['POST', 'PUT', 'PATCH', 'DELETE'].includes(r.method)) continue;
     const path = r.path.replace(/:[A-Za-z]+/g, 'x1');
     const key = `${r.method} ${path}`;
-    if (!seen.has(key)) out.push({ method: r.method, path }), seen.add(key);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push({ method: r.method, path });
   }
   return out;
 }

@@ -7,10 +7,10 @@ import { z } from 'zod';
  * with 22P02). JSON can carry both as escapes, so every string from outside is checked here,
  * at the boundary, before it can reach a statement.
  */
-const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 export function isPgStorable(s: string): boolean {
-  return !UNSTORABLE.test(s);
+  return !s.includes('\u0000') && !LONE_SURROGATE.test(s);
 }
 
 export const PG_TEXT_MESSAGE = 'text Postgres cannot store (U+0000 or a lone surrogate)';
