@@ -3,6 +3,7 @@ import { env, exports } from 'cloudflare:workers';
 import { afterAll, describe, expect, it } from 'vitest';
 import { app } from '../../workers/app';
 import worker from '../../workers/index';
+import { DRAIN_MAX_BYTES } from '../../workers/lib/unread-body';
 import { testPool } from '../helpers/db';
 import { changedTables, tableSums } from '../helpers/tables';
 import { tokenFor } from '../reaction-tickets/helpers';
@@ -10,8 +11,9 @@ import { tokenFor } from '../reaction-tickets/helpers';
 /**
  * Issue 16 items 4 and 7: every body is bounded (an over-size one is 413 payload_too_large,
  * whether its length is declared or not), the admin token is accepted only as
- * `Authorization: Bearer …`, and a body the Worker never reads is cancelled, so the runtime
- * never has to skip it to find the connection's next request.
+ * `Authorization: Bearer …`, and a body the Worker never reads is released (read to its end
+ * up to a bound, cancelled beyond it), so the runtime never has to skip it to find the
+ * connection's next request.
  */
 const pool = testPool(2);
 afterAll(() => pool.end());
@@ -35,18 +37,20 @@ function adminWriteRoutes(): { method: string; path: string }[] {
 }
 
 /**
- * A 16 MiB body with no declared length, made as it is read (one 16 KiB chunk per turn of the
- * event loop), and whether the Worker cancelled it.
+ * A body with no declared length, made as it is read (`chunks` of 16 KiB, one per turn of the
+ * event loop): whether it was read to its end, and whether it was cancelled.
  */
-function endlessBody() {
-  const state = { cancelled: false, pulled: 0 };
+function streamedBody(chunks = 1024) {
+  const state = { cancelled: false, pulled: 0, finished: false };
   const chunk = new TextEncoder().encode('{"name":"'.padEnd(16 * 1024, 'a'));
   const stream = new ReadableStream<Uint8Array>({
     async pull(ctl) {
       await new Promise((r) => setTimeout(r, 0));
       state.pulled += 1;
-      if (state.pulled > 1024) ctl.close();
-      else ctl.enqueue(chunk);
+      if (state.pulled > chunks) {
+        state.finished = true;
+        ctl.close();
+      } else ctl.enqueue(chunk);
     },
     cancel() {
       state.cancelled = true;
@@ -54,6 +58,7 @@ function endlessBody() {
   });
   return { stream, state };
 }
+const endlessBody = () => streamedBody(1024);
 
 async function run(req: Request): Promise<Response> {
   const ctx = createExecutionContext();
@@ -167,7 +172,7 @@ describe('the admin token is accepted only as Authorization: Bearer', () => {
   });
 });
 
-describe('a body the Worker never reads is cancelled', () => {
+describe('a body the Worker never reads is released', () => {
   const early: [string, string, Record<string, string>][] = [
     ['admin route, no token (401)', 'http://test/admin/workspaces/ws_x', {}],
     ['admin route, wrong token (401)', 'http://test/admin/workspaces/ws_x', { authorization: 'Bearer nope' }],
@@ -175,23 +180,31 @@ describe('a body the Worker never reads is cancelled', () => {
     ['unknown route (404)', 'http://test/nowhere', {}],
     ['health check (never reads a body)', 'http://test/healthz', {}],
   ];
-  for (const [what, url, headers] of early)
-    it(`${what}: the answer arrives and the body is cancelled`, async () => {
-      const { stream, state } = endlessBody();
-      const method = url.endsWith('healthz') ? 'POST' : 'PUT';
-      const res = await run(
-        new Request(url, {
-          method,
-          headers: { ...headers, 'content-type': 'application/json' },
-          body: stream,
-        }),
-      );
-      expect(res.status).toBeGreaterThanOrEqual(200);
-      await res.arrayBuffer();
-      expect(state.cancelled).toBe(true);
+  const request = (url: string, headers: Record<string, string>, body: ReadableStream) =>
+    new Request(url, {
+      method: url.endsWith('healthz') ? 'POST' : 'PUT',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body,
     });
 
-  it('a declared over-size body is refused unread and cancelled', async () => {
+  for (const [what, url, headers] of early) {
+    it(`${what}: a small body is read to its end before the answer`, async () => {
+      const { stream, state } = streamedBody(4);
+      const res = await run(request(url, headers, stream));
+      expect(res.status).toBeGreaterThanOrEqual(200);
+      expect(state).toMatchObject({ finished: true, cancelled: false });
+    });
+
+    it(`${what}: a body over the drain bound is cancelled, not read to its end`, async () => {
+      const { stream, state } = endlessBody();
+      const res = await run(request(url, headers, stream));
+      expect(res.status).toBeGreaterThanOrEqual(200);
+      expect(state.cancelled).toBe(true);
+      expect(state.pulled * 16 * 1024).toBeLessThanOrEqual(DRAIN_MAX_BYTES + 3 * 16 * 1024);
+    });
+  }
+
+  it('a declared over-size body is refused unread and released', async () => {
     const { stream, state } = endlessBody();
     const res = await run(
       new Request('http://test/admin/workspaces/ws_x', {
