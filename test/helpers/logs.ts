@@ -15,9 +15,12 @@ export interface LogLine {
  */
 export function captureLogLines() {
   const lines: LogLine[] = [];
-  const spies = (['log', 'warn', 'error'] as const).map((m) => {
+  /** Every console call as printed text, ours or a library's (for secret searches). */
+  const raw: string[] = [];
+  const spies = (['log', 'warn', 'error', 'info', 'debug'] as const).map((m) => {
     const orig = console[m].bind(console);
     return vi.spyOn(console, m).mockImplementation((...args: unknown[]) => {
+      raw.push(args.map(String).join(' '));
       try {
         const parsed = JSON.parse(String(args[0])) as LogLine;
         if (parsed && typeof parsed.event === 'string') lines.push(parsed);
@@ -29,6 +32,12 @@ export function captureLogLines() {
   });
   return {
     lines,
+    raw,
+    /** Forgets what was captured so far (a long run checks and drops it as it goes). */
+    clear: () => {
+      lines.length = 0;
+      raw.length = 0;
+    },
     events: (event: string) => lines.filter((l) => l.event === event),
     restore: () => {
       for (const s of spies) s.mockRestore();

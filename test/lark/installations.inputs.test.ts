@@ -44,6 +44,26 @@ describe('installations refuse text Postgres cannot store, writing nothing', () 
     });
 });
 
+describe('an installation id that is not one names nothing', () => {
+  it('GET, rotate and DELETE of /%00, /li_%00 or a non-li_ id → 404 not_found, nothing written', async () => {
+    const before = await tableSums(pool);
+    for (const id of ['%00', 'li_a%00', 'x%ED%A0%80', 'not-an-id'])
+      for (const [path, init] of [
+        [`/${id}`, {}],
+        [`/${id}/rotate`, { body: { app_secret: 'x' } }],
+        [`/${id}`, { method: 'DELETE' }],
+      ] as const) {
+        const res = await admin(path, init);
+        expect({ path, status: res.status, code: await errorCode(res) }).toEqual({
+          path,
+          status: 404,
+          code: 'not_found',
+        });
+      }
+    expect(changedTables(before, await tableSums(pool))).toEqual([]);
+  });
+});
+
 describe('one Lark app, one installation', () => {
   it('the same app in a second workspace → 409 conflict, so a delivery replayed to it cannot run twice', async () => {
     const app = await installApp();

@@ -3,7 +3,7 @@ import { type Context, Hono } from 'hono';
 import type { AppEnv } from '../context';
 import { openPool } from '../db/pool';
 import { AppError } from '../errors';
-import { loadInstallation } from '../installations/store';
+import { INSTALLATION_ID, loadInstallation } from '../installations/store';
 import { recordRejectedEvent } from '../lark/event-receipts';
 import { MessageReceiveEvent } from '../lark/schemas';
 import { openDelivery } from '../lark/verify';
@@ -19,7 +19,6 @@ import { afterInboundAnswered, type InboundMessage, type RecordedInput } from '.
  */
 const WEBHOOK_DB_BUDGET_MS = 1500;
 export const WEBHOOK_MAX_BODY_BYTES = 256 * 1024;
-const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
 
 /**
  * POST /lark/events/:installationId: Lark's event webhook. Verifies (workers/lark/verify.ts),

@@ -9,6 +9,7 @@ import { requireAdmin } from '../middleware';
 import {
   deleteInstallation,
   getInstallationRow,
+  INSTALLATION_ID,
   insertInstallation,
   publicView,
   rotateInstallation,
@@ -41,6 +42,13 @@ const Rotate = z
   })
   .refine((r) => Object.keys(r).length > 0, 'nothing to rotate');
 
+/** The :id of a route; one that is not an installation id names none (never reaches SQL). */
+function idParam(c: { req: { param(name: 'id'): string } }): string {
+  const id = c.req.param('id');
+  if (!INSTALLATION_ID.test(id)) throw new AppError('not_found', 'No such installation');
+  return id;
+}
+
 /** Admin API for Lark installations; secrets go in, never come out. */
 export const installations = new Hono<AppEnv>()
   .use('*', requireAdmin())
@@ -63,13 +71,14 @@ export const installations = new Hono<AppEnv>()
     return c.json({ installation: publicView(row) }, 201);
   })
   .get('/:id', async (c) => {
-    const row = await getInstallationRow(c.var.db(), c.req.param('id'));
+    const row = await getInstallationRow(c.var.db(), idParam(c));
     if (!row) throw new AppError('not_found', 'No such installation');
     return c.json({ installation: publicView(row) });
   })
   .post('/:id/rotate', async (c) => {
+    const id = idParam(c);
     const input = await readJsonBody(c, Rotate);
-    const row = await rotateInstallation(c.var.db(), c.var.config.SECRET_KEYS, c.req.param('id'), {
+    const row = await rotateInstallation(c.var.db(), c.var.config.SECRET_KEYS, id, {
       apiBase: input.api_base,
       appSecret: input.app_secret,
       verificationToken: input.verification_token,
@@ -84,8 +93,9 @@ export const installations = new Hono<AppEnv>()
     return c.json({ installation: publicView(row) });
   })
   .delete('/:id', async (c) => {
-    const deleted = await deleteInstallation(c.var.db(), c.req.param('id'));
+    const id = idParam(c);
+    const deleted = await deleteInstallation(c.var.db(), id);
     if (!deleted) throw new AppError('not_found', 'No such installation');
-    log.info('lark_installation_deleted', { installationId: c.req.param('id') });
+    log.info('lark_installation_deleted', { installationId: id });
     return c.json({ deleted: true });
   });
