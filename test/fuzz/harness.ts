@@ -98,7 +98,8 @@ export class FuzzGroup {
   /** Sends one case and checks it; the answer's status and body text, for the generator's state. */
   async send({ route, request }: FuzzCase): Promise<{ status: number; text: string }> {
     const s = this.stats;
-    const before = (this.last ??= await tableSums(this.pool));
+    this.last ??= await tableSums(this.pool);
+    const before = this.last;
     const described = `${request.method} ${new URL(request.url).pathname}`.slice(0, 200);
     this.logs.clear();
     const ctx = createExecutionContext();
@@ -192,7 +193,7 @@ export const nastyString: fc.Arbitrary<string> = fc.oneof(
     "' or 1=1 --",
     '"; drop table x; --',
     '<script>',
-    '${x}',
+    '$' + '{x}',
     'null',
     '0',
     '-1',
