@@ -14,7 +14,7 @@ import { changedTables, type TableSum, tableSums } from '../helpers/tables';
  * every table (test/helpers/tables.ts); no known secret in the answer or in any log line.
  * `npm test` runs DEFAULT_RUNS cases per route group; `npm run fuzz -- --runs N` runs N.
  */
-export const DEFAULT_RUNS = 75;
+export const DEFAULT_RUNS = 100;
 
 declare module 'vitest' {
   interface TaskMeta {
@@ -31,9 +31,17 @@ export function fuzzTimeout(): number {
   return Math.max(60_000, fuzzRuns() * 150);
 }
 
-/** fast-check's settings for a group: the run's seed, so `TEST_SEED=<n>` replays a failure. */
-export function fcParams(): fc.Parameters<unknown> {
-  return { numRuns: fuzzRuns(), seed: inject('testSeed'), endOnFailure: true };
+/**
+ * fast-check's settings for a group: the run's seed, so `TEST_SEED=<n>` replays a failure.
+ * `share`: a group that runs one property per route gives each its share of the cases, so
+ * every route is reached however small the run.
+ */
+export function fcParams(share = 1): fc.Parameters<unknown> {
+  return {
+    numRuns: Math.max(1, Math.ceil(fuzzRuns() / share)),
+    seed: inject('testSeed'),
+    endOnFailure: true,
+  };
 }
 
 export interface GroupStats {
@@ -48,6 +56,8 @@ export interface GroupStats {
   secretsLeaked: number;
   /** Cases per route (method and path template), to show every route was reached. */
   routes: Record<string, number>;
+  /** Answers per status and error code (`409 intent_mismatch`), to see how deep cases got. */
+  answers: Record<string, number>;
   /** The first few failures, replayable with the printed seed. */
   failures: string[];
 }
@@ -91,6 +101,7 @@ export class FuzzGroup {
       writesFromRejected: 0,
       secretsLeaked: 0,
       routes: {},
+      answers: {},
       failures: [],
     };
   }
@@ -112,6 +123,8 @@ export class FuzzGroup {
     s.cases += 1;
     s.routes[route] = (s.routes[route] ?? 0) + 1;
     const status = res.status;
+    const answer = `${status} ${errorCodeOf(text)}`.trim();
+    s.answers[answer] = (s.answers[answer] ?? 0) + 1;
     if (status >= 500) {
       s.s5xx += 1;
       this.fail(`${status} from ${described}: ${text.slice(0, 300)}`);
@@ -159,6 +172,17 @@ export class FuzzGroup {
       secretsLeaked: 0,
     });
     expect(routes.filter((r) => !s.routes[r])).toEqual([]);
+  }
+}
+
+/** An error's code, or what a 200 of the webhook did (`duplicate`, `ignored`, `rejected`). */
+function errorCodeOf(text: string): string {
+  try {
+    const body = JSON.parse(text) as Record<string, unknown> & { error?: { code?: unknown } };
+    if (body.error) return String(body.error.code);
+    return ['duplicate', 'ignored', 'rejected', 'challenge'].find((k) => k in body) ?? '';
+  } catch {
+    return 'non-json';
   }
 }
 
