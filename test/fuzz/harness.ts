@@ -84,7 +84,8 @@ export function workerSecrets(): string[] {
 export class FuzzGroup {
   readonly stats: GroupStats;
   private last: Record<string, TableSum> | undefined;
-  private readonly logs = captureLogLines();
+  // Quiet: thousands of expected rejections would bury the report; failures print their own line.
+  private readonly logs = captureLogLines({ quiet: true });
 
   constructor(
     group: string,
@@ -127,7 +128,8 @@ export class FuzzGroup {
     s.answers[answer] = (s.answers[answer] ?? 0) + 1;
     if (status >= 500) {
       s.s5xx += 1;
-      this.fail(`${status} from ${described}: ${text.slice(0, 300)}`);
+      const cause = this.logs.lines.find((l) => l.level === 'error')?.error;
+      this.fail(`${status} from ${described}: ${text.slice(0, 200)} ${JSON.stringify(cause ?? {})}`);
     } else if (status >= 400) s.s4xx += 1;
     else if (status >= 200 && status < 300) s.s2xx += 1;
     else s.other += 1;

@@ -9,11 +9,11 @@ export interface LogLine {
 }
 
 /**
- * Captures the structured log lines written from now on (they are still printed), in this
+ * Captures the structured log lines written from now on (still printed unless `quiet`), in this
  * isolate: the test's own calls, the Worker's handlers and the Durable Objects alike.
  * `restore()` ends the capture.
  */
-export function captureLogLines() {
+export function captureLogLines(opts: { quiet?: boolean } = {}) {
   const lines: LogLine[] = [];
   /** Every console call as printed text, ours or a library's (for secret searches). */
   const raw: string[] = [];
@@ -27,7 +27,7 @@ export function captureLogLines() {
       } catch {
         // Not one of ours (a library's plain text line): printed, not captured.
       }
-      orig(...(args as []));
+      if (!opts.quiet) orig(...(args as []));
     });
   });
   return {
