@@ -20,7 +20,7 @@ describe('/v1 refuses an emoji Postgres cannot store, writing nothing', () => {
     ['a lone high surrogate', '\ud83d'],
     ['a lone low surrogate after text', 'x\udc4d'],
     ['U+0000', 'a\u0000'],
-  ])
+  ] as const)
     it(`${what} → 400 validation_failed on issue and toggle`, async () => {
       const before = await tableSums(pool);
       const issued = await issue(world.tokens[0]!, opId(), {
