@@ -19,6 +19,7 @@ export const ERROR_STATUS = {
   gone: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
+  unknown_reference: 422,
   lark_unknown_installation: 404,
   lark_bad_signature: 401,
   lark_stale_timestamp: 401,

@@ -7,6 +7,7 @@ import type { AppEnv } from './context';
 import { openPool } from './db/pool';
 import { loadConfig } from './env';
 import { AppError, type ErrorBody } from './errors';
+import { bearerToken } from './lib/bearer';
 import { constantTimeEqual } from './lib/constant-time';
 import { log, setLogLevel } from './log';
 
@@ -39,10 +40,13 @@ export function init(): MiddlewareHandler<AppEnv> {
   };
 }
 
-/** Requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. */
+/**
+ * Requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. Only that form:
+ * the bare token or another scheme is 401 (lib/bearer.ts).
+ */
 export function requireAdmin(): MiddlewareHandler<AppEnv> {
   return async function requireAdmin(c, next) {
-    const given = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? '';
+    const given = bearerToken(c.req.header('authorization')) ?? '';
     if (!constantTimeEqual(given, c.var.config.ADMIN_TOKEN))
       throw new AppError('unauthorized', 'Admin token required');
     await next();

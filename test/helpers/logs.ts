@@ -9,26 +9,35 @@ export interface LogLine {
 }
 
 /**
- * Captures the structured log lines written from now on (they are still printed), in this
+ * Captures the structured log lines written from now on (still printed unless `quiet`), in this
  * isolate: the test's own calls, the Worker's handlers and the Durable Objects alike.
  * `restore()` ends the capture.
  */
-export function captureLogLines() {
+export function captureLogLines(opts: { quiet?: boolean } = {}) {
   const lines: LogLine[] = [];
-  const spies = (['log', 'warn', 'error'] as const).map((m) => {
+  /** Every console call as printed text, ours or a library's (for secret searches). */
+  const raw: string[] = [];
+  const spies = (['log', 'warn', 'error', 'info', 'debug'] as const).map((m) => {
     const orig = console[m].bind(console);
     return vi.spyOn(console, m).mockImplementation((...args: unknown[]) => {
+      raw.push(args.map(String).join(' '));
       try {
         const parsed = JSON.parse(String(args[0])) as LogLine;
         if (parsed && typeof parsed.event === 'string') lines.push(parsed);
       } catch {
         // Not one of ours (a library's plain text line): printed, not captured.
       }
-      orig(...(args as []));
+      if (!opts.quiet) orig(...(args as []));
     });
   });
   return {
     lines,
+    raw,
+    /** Forgets what was captured so far (a long run checks and drops it as it goes). */
+    clear: () => {
+      lines.length = 0;
+      raw.length = 0;
+    },
     events: (event: string) => lines.filter((l) => l.event === event),
     restore: () => {
       for (const s of spies) s.mockRestore();

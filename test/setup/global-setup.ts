@@ -11,6 +11,8 @@ declare module 'vitest' {
     wsProxy: string;
     /** Seed of every randomized test in this run (TEST_SEED to replay one). */
     testSeed: number;
+    /** Cases per fuzz route group (FUZZ_RUNS; 0 = the suite's default for `npm test`). */
+    fuzzRuns: number;
   }
 }
 
@@ -20,6 +22,10 @@ export default async function setup(project: TestProject) {
     throw new Error(`TEST_SEED must be an integer, got ${process.env.TEST_SEED}`);
   console.log(`randomized tests: seed ${seed} (replay with TEST_SEED=${seed} npm test)`);
   project.provide('testSeed', seed);
+  const fuzzRuns = Number(process.env.FUZZ_RUNS ?? 0);
+  if (!Number.isSafeInteger(fuzzRuns) || fuzzRuns < 0)
+    throw new Error(`FUZZ_RUNS must be a whole number, got ${process.env.FUZZ_RUNS}`);
+  project.provide('fuzzRuns', fuzzRuns);
   const stack = await startTestStack();
   project.provide('adminUrl', stack.adminUrl);
   project.provide('templateDatabase', stack.template);

@@ -3,6 +3,7 @@ import { createRemoteJWKSet, type JWTVerifyGetKey, errors as joseErrors, jwtVeri
 import type { AppEnv } from '../context';
 import type { Config } from '../env';
 import { AppError } from '../errors';
+import { bearerToken } from '../lib/bearer';
 import { log } from '../log';
 
 /**
@@ -121,13 +122,12 @@ function keySet(url: string): JWTVerifyGetKey {
 /** Middleware: sets `c.var.actor` or answers 401 in the one error shape. */
 export function requireActor(): MiddlewareHandler<ActorEnv> {
   return async function requireActor(c, next) {
-    const header = c.req.header('authorization') ?? '';
-    const match = /^Bearer\s+(\S+)$/i.exec(header);
-    if (!match)
+    const token = bearerToken(c.req.header('authorization'));
+    if (!token)
       throw new AppError('unauthorized', 'A valid actor bearer token is required', undefined, {
         'www-authenticate': 'Bearer',
       });
-    c.set('actor', await verifyActorToken(c.var.config, match[1]!));
+    c.set('actor', await verifyActorToken(c.var.config, token));
     await next();
   };
 }

@@ -2,6 +2,7 @@ import type { Pool } from '@neondatabase/serverless';
 import type { KeyRing } from '../crypto/sealed';
 import { RETRYABLE_SQLSTATES, sqlState } from '../db/tx';
 import { enqueueCtes } from '../effects/mailbox';
+import { isPgStorable } from '../lib/pg-text';
 import {
   MAX_LIFETIME_MS,
   prepareRegistration,
@@ -89,6 +90,31 @@ interface AcceptRow extends RegisterResultRow {
   accepted: boolean;
   position: string | null;
   context_revision: string | null;
+}
+
+/**
+ * The first field of a verified event whose text Postgres cannot store (U+0000 or a lone
+ * surrogate, lib/pg-text.ts), or null: every string the accept statement writes, the text
+ * taken out of `content` included (JSON escapes can put either in it). The webhook checks
+ * this before accepting, and records the event as rejected instead.
+ */
+export function unstorableField(inbound: InboundMessage): string | null {
+  const { message, sender } = inbound.event;
+  const stored: Record<string, string | undefined> = {
+    event_id: inbound.eventId,
+    message_id: message.message_id,
+    chat_id: message.chat_id,
+    thread_id: message.thread_id,
+    root_id: message.root_id,
+    chat_type: message.chat_type,
+    sender_open_id: sender.sender_id?.open_id,
+    message_type: message.message_type,
+    content: message.content,
+    text: inputText(message.message_type, message.content),
+  };
+  for (const [field, value] of Object.entries(stored))
+    if (value !== undefined && !isPgStorable(value)) return field;
+  return null;
 }
 
 /** Deadlocks and serialization failures are safe to retry: a failed statement committed nothing. */

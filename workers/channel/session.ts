@@ -1,4 +1,5 @@
 import { instanceIdOf } from '../effects/ids';
+import { truncateText } from '../lib/pg-text';
 
 /** The conversation actor type; one instance per (installation, chat, thread). */
 export const CONVERSATION_ACTOR = 'lark-conversation';
@@ -27,12 +28,12 @@ export function inputText(messageType: string, content: string): string {
   if (messageType === 'text') {
     try {
       const parsed = JSON.parse(content) as { text?: unknown };
-      if (typeof parsed.text === 'string') return parsed.text.slice(0, MAX_INPUT_TEXT);
+      if (typeof parsed.text === 'string') return truncateText(parsed.text, MAX_INPUT_TEXT);
     } catch {
       // fall through: unparsable content is still an input
     }
   }
-  return `[${messageType.slice(0, 40)}]`;
+  return `[${truncateText(messageType, 40)}]`;
 }
 
 /** Lark's `create_time` is opaque text (13-digit ms in practice); null if it is not a time. */

@@ -3,12 +3,14 @@ import { type Context, Hono } from 'hono';
 import type { AppEnv } from '../context';
 import { openPool } from '../db/pool';
 import { AppError } from '../errors';
-import { loadInstallation } from '../installations/store';
+import { INSTALLATION_ID, loadInstallation } from '../installations/store';
+import { recordRejectedEvent } from '../lark/event-receipts';
 import { MessageReceiveEvent } from '../lark/schemas';
 import { openDelivery } from '../lark/verify';
+import { limitBody } from '../lib/body-limit';
 import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
-import { acceptInboundMessage } from './accept';
+import { acceptInboundMessage, unstorableField } from './accept';
 import { afterInboundAnswered, type InboundMessage, type RecordedInput } from './inbound';
 
 /**
@@ -17,44 +19,45 @@ import { afterInboundAnswered, type InboundMessage, type RecordedInput } from '.
  * so the autocommit statements are bounded without a `begin`/`set local` round trip.
  */
 const WEBHOOK_DB_BUDGET_MS = 1500;
-const MAX_BODY_BYTES = 256 * 1024;
-const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
+export const WEBHOOK_MAX_BODY_BYTES = 256 * 1024;
 
 /**
  * POST /lark/events/:installationId: Lark's event webhook. Verifies (workers/lark/verify.ts),
  * then for a user's im.message.receive_v1 inserts the event_id receipt, records the input,
  * enqueues it on its conversation and registers its typing badge in ONE autocommit
  * statement (accept.ts), and only then answers 200. Everything else is acknowledged and
- * ignored. Rejections are 4xx lark_* codes with nothing written; over the per-installation
- * rate limit, 429 rate_limited with Retry-After (Lark redelivers later).
+ * ignored. Rejections are 4xx lark_* codes with nothing written; a verified message whose text
+ * Postgres cannot store is acknowledged and only its receipt is written, as `rejected`.
+ * Over the per-installation rate limit, 429 rate_limited with Retry-After (Lark redelivers later).
  */
-export const webhook = new Hono<AppEnv>().post('/:installationId', async (c) => {
-  const receivedAtMs = c.var.clock.now();
-  const declared = Number(c.req.header('content-length') ?? 0);
-  if (declared > MAX_BODY_BYTES) throw new AppError('payload_too_large', 'Event body too large');
-  const raw = new Uint8Array(await c.req.arrayBuffer());
-  if (raw.length > MAX_BODY_BYTES) throw new AppError('payload_too_large', 'Event body too large');
-  const installationId = c.req.param('installationId');
-  if (!INSTALLATION_ID.test(installationId))
-    throw new AppError('lark_unknown_installation', 'No such Lark installation');
-  // Before the database: anyone can post here, and every request below costs a lookup. After
-  // the body is read, so a refused request leaves no unread body on the connection.
-  await enforceRateLimit(c.env.WEBHOOK_RATE_LIMIT, 'installation', installationId);
-  // Only the statements get the tight budget; the connect timeout stays the service-wide one
-  // (measured: at 2 s, 86 of 128 bench events failed to connect on a loaded 2-core machine).
-  const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS });
-  try {
-    return await handle(c, pool, installationId, receivedAtMs, raw);
-  } finally {
-    const ending = pool.end();
+export const webhook = new Hono<AppEnv>().post(
+  '/:installationId',
+  limitBody(WEBHOOK_MAX_BODY_BYTES),
+  async (c) => {
+    const receivedAtMs = c.var.clock.now();
+    const raw = new Uint8Array(await c.req.arrayBuffer());
+    const installationId = c.req.param('installationId');
+    if (!INSTALLATION_ID.test(installationId))
+      throw new AppError('lark_unknown_installation', 'No such Lark installation');
+    // Before the database: anyone can post here, and every request below costs a lookup. After
+    // the body is read, so a refused request leaves no unread body on the connection.
+    await enforceRateLimit(c.env.WEBHOOK_RATE_LIMIT, 'installation', installationId);
+    // Only the statements get the tight budget; the connect timeout stays the service-wide one
+    // (measured: at 2 s, 86 of 128 bench events failed to connect on a loaded 2-core machine).
+    const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS });
     try {
-      c.executionCtx.waitUntil(ending);
-    } catch {
-      // By design: no execution context (a direct app.request in a test), so end it now.
-      await ending;
+      return await handle(c, pool, installationId, receivedAtMs, raw);
+    } finally {
+      const ending = pool.end();
+      try {
+        c.executionCtx.waitUntil(ending);
+      } catch {
+        // By design: no execution context (a direct app.request in a test), so end it now.
+        await ending;
+      }
     }
-  }
-});
+  },
+);
 
 /**
  * Round trips before the answer: the installation (1) and, for a user's message, the one
@@ -92,6 +95,20 @@ async function handle(
     event: parsed.data,
     receivedAtMs,
   };
+  // Verified, but Postgres cannot store it: redelivering cannot help, so it is acknowledged and
+  // its receipt says rejected (the redeliveries are then duplicates). Logged once, when new.
+  const unstorable = unstorableField(inbound);
+  if (unstorable) {
+    if (!(await recordRejectedEvent(pool, installation.id, header.event_id, header.event_type)))
+      return c.json({ ok: true, duplicate: true });
+    log.warn('lark_event_unstorable', {
+      installationId,
+      eventId: header.event_id,
+      field: unstorable,
+      requestId: c.var.requestId,
+    });
+    return c.json({ ok: true, rejected: 'unstorable' });
+  }
   const recorded = await acceptInboundMessage(pool, inbound, c.var.config.SECRET_KEYS);
   if (!recorded) return c.json({ ok: true, duplicate: true });
   runAfterAnswer(c, recorded);

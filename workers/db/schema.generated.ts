@@ -180,6 +180,7 @@ export interface LarkEventReceipts {
   event_type: string;
   installation_id: string;
   received_at: Generated<Timestamp>;
+  status: Generated<string>;
 }
 
 export interface LarkInboundMessages {

@@ -4,11 +4,13 @@ import type { AppEnv } from '../context';
 import { AppError } from '../errors';
 import { API_BASE_RULE, isAllowedApiBase } from '../lark/api-base';
 import { readJsonBody } from '../lib/json-body';
+import { pgText } from '../lib/pg-text';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
 import {
   deleteInstallation,
   getInstallationRow,
+  INSTALLATION_ID,
   insertInstallation,
   publicView,
   rotateInstallation,
@@ -21,10 +23,10 @@ const ApiBase = z
     v === 'lark' ? 'https://open.larksuite.com' : v === 'feishu' ? 'https://open.feishu.cn' : v,
   )
   .transform((v) => v.replace(/\/+$/, ''));
-const Secret = z.string().min(1).max(512);
+const Secret = pgText().min(1).max(512);
 
 const Register = z.strictObject({
-  workspace_id: z.string().min(1).max(128),
+  workspace_id: pgText().min(1).max(128),
   app_id: z.string().regex(/^cli_[A-Za-z0-9]+$/, 'a Lark App ID (cli_…)'),
   app_secret: Secret,
   verification_token: Secret,
@@ -41,6 +43,13 @@ const Rotate = z
   })
   .refine((r) => Object.keys(r).length > 0, 'nothing to rotate');
 
+/** The :id of a route; one that is not an installation id names none (never reaches SQL). */
+function idParam(c: { req: { param(name: 'id'): string } }): string {
+  const id = c.req.param('id');
+  if (!INSTALLATION_ID.test(id)) throw new AppError('not_found', 'No such installation');
+  return id;
+}
+
 /** Admin API for Lark installations; secrets go in, never come out. */
 export const installations = new Hono<AppEnv>()
   .use('*', requireAdmin())
@@ -55,21 +64,22 @@ export const installations = new Hono<AppEnv>()
       verificationToken: input.verification_token,
       encryptKey: input.encrypt_key ?? null,
     }).catch((err: { code?: string }) => {
-      if (err.code === '23505')
-        throw new AppError('conflict', 'This app is already installed in this workspace');
+      // lark_installations_app: one installation per app, in any workspace (docs/lark.md).
+      if (err.code === '23505') throw new AppError('conflict', 'This Lark app is already installed');
       throw err;
     });
     log.info('lark_installation_registered', { installationId: row.id, appId: row.app_id });
     return c.json({ installation: publicView(row) }, 201);
   })
   .get('/:id', async (c) => {
-    const row = await getInstallationRow(c.var.db(), c.req.param('id'));
+    const row = await getInstallationRow(c.var.db(), idParam(c));
     if (!row) throw new AppError('not_found', 'No such installation');
     return c.json({ installation: publicView(row) });
   })
   .post('/:id/rotate', async (c) => {
+    const id = idParam(c);
     const input = await readJsonBody(c, Rotate);
-    const row = await rotateInstallation(c.var.db(), c.var.config.SECRET_KEYS, c.req.param('id'), {
+    const row = await rotateInstallation(c.var.db(), c.var.config.SECRET_KEYS, id, {
       apiBase: input.api_base,
       appSecret: input.app_secret,
       verificationToken: input.verification_token,
@@ -84,8 +94,9 @@ export const installations = new Hono<AppEnv>()
     return c.json({ installation: publicView(row) });
   })
   .delete('/:id', async (c) => {
-    const deleted = await deleteInstallation(c.var.db(), c.req.param('id'));
+    const id = idParam(c);
+    const deleted = await deleteInstallation(c.var.db(), id);
     if (!deleted) throw new AppError('not_found', 'No such installation');
-    log.info('lark_installation_deleted', { installationId: c.req.param('id') });
+    log.info('lark_installation_deleted', { installationId: id });
     return c.json({ deleted: true });
   });

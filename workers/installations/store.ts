@@ -44,6 +44,9 @@ export function publicView(row: InstallationRow) {
   };
 }
 
+/** The shape of an installation id (`li_` + 20 characters today); anything else names none. */
+export const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
+
 export const boundTo = (id: string, field: 'app_secret' | 'verification_token' | 'encrypt_key') =>
   `lark_installation:${id}:${field}`;
 

@@ -1,4 +1,5 @@
 import type { Pool } from '@neondatabase/serverless';
+import { isPgStorable } from '../lib/pg-text';
 
 /**
  * The webhook's event_id receipts (`lark_event_receipts`), which dedupe Lark's redeliveries.
@@ -8,6 +9,34 @@ import type { Pool } from '@neondatabase/serverless';
 
 /** Lark retries for about 7.1 h; receipts are kept 24 h, well past that. */
 export const RECEIPT_RETENTION_MS = 24 * 3600_000;
+
+/**
+ * The receipt key of an event id. Lark's ids are plain hex; one Postgres cannot store (U+0000,
+ * a lone surrogate) is kept in its JSON-escaped form, so even that delivery can be recorded
+ * and its redeliveries deduped.
+ */
+export function receiptKey(eventId: string): string {
+  return isPgStorable(eventId) ? eventId : JSON.stringify(eventId);
+}
+
+/**
+ * Records a verified event that will not be processed (status `rejected`); false when its
+ * event id already has a receipt (a redelivery). Accepted receipts are written by accept.ts.
+ */
+export async function recordRejectedEvent(
+  q: Pick<Pool, 'query'>,
+  installationId: string,
+  eventId: string,
+  eventType: string,
+): Promise<boolean> {
+  const { rowCount } = await q.query(
+    `insert into lark_event_receipts (installation_id, event_id, event_type, status)
+     values ($1, $2, $3, 'rejected')
+     on conflict do nothing`,
+    [installationId, receiptKey(eventId), receiptKey(eventType)],
+  );
+  return (rowCount ?? 0) > 0;
+}
 
 /** Deletes receipts older than the retention, at most `limit` per call (oldest first). */
 export async function pruneEventReceipts(q: Pick<Pool, 'query'>, limit = 1000): Promise<number> {

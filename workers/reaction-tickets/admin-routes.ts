@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { AppEnv } from '../context';
 import { AppError } from '../errors';
 import { readJsonBody } from '../lib/json-body';
+import { pgText } from '../lib/pg-text';
 import { requireAdmin } from '../middleware';
 import { closeLegacyContract, getLegacyContractStatus } from './contract';
 import {
@@ -32,14 +33,14 @@ function id(raw: string): string {
 
 export const directoryAdmin = new Hono<AppEnv>()
   .put('/workspaces/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(c, z.object({ name: z.string().max(200).optional() }).strict());
+    const b = await readJsonBody(c, z.object({ name: pgText().max(200).optional() }).strict());
     await upsertWorkspace(c.var.db(), { id: id(c.req.param('id')), name: b.name });
     return c.json({ ok: true });
   })
   .put('/actors/:id', requireAdmin(), async (c) => {
     const b = await readJsonBody(
       c,
-      z.object({ workspaceId: Id, displayName: z.string().max(200).optional() }).strict(),
+      z.object({ workspaceId: Id, displayName: pgText().max(200).optional() }).strict(),
     );
     await upsertActor(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
@@ -52,7 +53,7 @@ export const directoryAdmin = new Hono<AppEnv>()
   .put('/conversations/:id', requireAdmin(), async (c) => {
     const b = await readJsonBody(
       c,
-      z.object({ workspaceId: Id, title: z.string().max(500).optional() }).strict(),
+      z.object({ workspaceId: Id, title: pgText().max(500).optional() }).strict(),
     );
     await upsertConversation(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
@@ -65,7 +66,7 @@ export const directoryAdmin = new Hono<AppEnv>()
     const b = await readJsonBody(
       c,
       z
-        .object({ conversationId: Id, authorActorId: Id.optional(), body: z.string().max(20_000).optional() })
+        .object({ conversationId: Id, authorActorId: Id.optional(), body: pgText().max(20_000).optional() })
         .strict(),
     );
     await upsertMessage(c.var.db(), { id: id(c.req.param('id')), ...b });

@@ -1,3 +1,4 @@
+import { sqlState } from '../db/tx';
 import { AppError } from '../errors';
 import type { Queryable } from './types';
 
@@ -5,7 +6,8 @@ import type { Queryable } from './types';
  * The chat directory the platform upserts through /admin: workspaces, actors,
  * conversations, members and messages. Upserts are idempotent; a row never moves to
  * another workspace or conversation (that would re-home its receipts), so a conflicting
- * parent is refused with 409.
+ * parent is refused with 409, and an id that names no row (a foreign-key violation, 23503)
+ * with 422 `unknown_reference`: the statement wrote nothing.
  */
 export async function upsertWorkspace(db: Queryable, w: { id: string; name?: string }): Promise<void> {
   await db.query(
@@ -15,8 +17,23 @@ export async function upsertWorkspace(db: Queryable, w: { id: string; name?: str
   );
 }
 
+/** The request field behind each foreign key an upsert's input ids are checked by. */
+const REFERENCED_BY: Record<string, string> = {
+  actors_workspace_id_fkey: 'workspaceId',
+  conversations_workspace_id_fkey: 'workspaceId',
+  messages_author_actor_id_fkey: 'authorActorId',
+};
+
 async function upsertChild(db: Queryable, sql: string, params: unknown[], what: string): Promise<void> {
-  const { rowCount } = await db.query(sql, params);
+  const { rowCount } = await db.query(sql, params).catch((err: unknown) => {
+    if (sqlState(err) !== '23503') throw err;
+    const field = REFERENCED_BY[String((err as { constraint?: unknown }).constraint)];
+    throw new AppError(
+      'unknown_reference',
+      field ? `${field} names nothing that exists` : 'A referenced id names nothing that exists',
+      field ? [{ path: [field] }] : undefined,
+    );
+  });
   if (!rowCount) throw new AppError('conflict', `${what} exists under another parent`);
 }
 

@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
-import { bodyLimit } from 'hono/body-limit';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
+import { limitBody } from '../lib/body-limit';
 import { enforceRateLimit } from '../rate-limit';
 import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
@@ -39,15 +39,7 @@ for (const path of ['/reaction-tickets', '/reaction-operations/*', '/messages/*'
     await enforceRateLimit(c.env.V1_ACTOR_RATE_LIMIT, 'actor', c.var.actor.actorId);
     await next();
   });
-  reactionApi.use(
-    path,
-    bodyLimit({
-      maxSize: MAX_BODY_BYTES,
-      onError: () => {
-        throw new AppError('payload_too_large', `Body over ${MAX_BODY_BYTES} bytes`);
-      },
-    }),
-  );
+  reactionApi.use(path, limitBody(MAX_BODY_BYTES));
 }
 
 const security = [{ actorBearer: [] }];

@@ -1,5 +1,6 @@
 import { z } from '@hono/zod-openapi';
 import { ERROR_STATUS } from '../errors';
+import { isPgStorable } from '../lib/pg-text';
 import { operationStampMs } from './operation-id';
 import { normalizeEmoji } from './types';
 
@@ -18,7 +19,10 @@ export const Emoji = z
   .min(1)
   .max(64)
   .transform((raw) => normalizeEmoji(raw))
-  .refine((e) => e.length >= 1 && e.length <= 64 && !/[\s\p{Cc}]/u.test(e), 'a single emoji or shortcode')
+  .refine(
+    (e) => e.length >= 1 && e.length <= 64 && !/[\s\p{Cc}]/u.test(e) && isPgStorable(e),
+    'a single emoji or shortcode',
+  )
   .openapi({ description: 'Normalized (NFC, variation selectors removed) before binding', example: '👍' });
 
 export const Desired = z

@@ -35,6 +35,7 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   validation_failed: 'rejected',
   payload_too_large: 'rejected',
   unsupported_media_type: 'rejected',
+  unknown_reference: 'rejected',
   method_not_allowed: 'rejected',
   lark_unknown_installation: 'rejected',
   lark_bad_signature: 'rejected',

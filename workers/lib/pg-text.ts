@@ -1,0 +1,29 @@
+import { z } from 'zod';
+
+/**
+ * Text Postgres can store. A JS string may hold two things a `text` or `jsonb` value cannot:
+ * U+0000 (refused: 22021 in text, 22P05 in jsonb) and a lone UTF-16 surrogate (the driver's
+ * UTF-8 encoder silently turns it into U+FFFD in text, and a jsonb `\ud800` escape is refused
+ * with 22P02). JSON can carry both as escapes, so every string from outside is checked here,
+ * at the boundary, before it can reach a statement.
+ */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+export function isPgStorable(s: string): boolean {
+  return !s.includes('\u0000') && !LONE_SURROGATE.test(s);
+}
+
+export const PG_TEXT_MESSAGE = 'text Postgres cannot store (U+0000 or a lone surrogate)';
+
+/** A string Postgres can store; chain `.min`/`.max`/`.regex` as on any z.string(). */
+export const pgText = () => z.string().refine(isPgStorable, PG_TEXT_MESSAGE);
+
+/**
+ * At most `max` UTF-16 units, never cutting a surrogate pair in half (a plain `slice` can, and
+ * the half left over is a lone surrogate Postgres refuses in jsonb).
+ */
+export function truncateText(s: string, max: number): string {
+  if (s.length <= max) return s;
+  const end = /[\ud800-\udbff]/.test(s[max - 1] ?? '') ? max - 1 : max;
+  return s.slice(0, end);
+}
