@@ -210,7 +210,9 @@ describe('a withdrawal after the App Secret was rotated', () => {
     const [live] = await liveRows(pool, inst, 1);
     await warmToken(inst);
     await rotate(inst.appId, inst.id, { revokeTokens: true });
-    // The installation row now names another app with that app's valid secret.
+    // The installation row now names another app with that app's valid secret (one app has
+    // one installation, so the other app's own row goes first).
+    await pool.query('delete from lark_installations where id = $1', [other.id]);
     const sealed = await seal(keys(), other.appSecret, `lark_installation:${inst.id}:app_secret`);
     await pool.query('update lark_installations set app_id = $2, app_secret_sealed = $3 where id = $1', [
       inst.id,
