@@ -21,6 +21,10 @@ export type QueryConfig = { text: string; values?: unknown[] };
  * server connection. The server arms statement_timeout at the start of each Execute, so the
  * statement runs under the new value (PostgreSQL ≥ 14 disarms it between Executes; older
  * versions never armed it for the first, budget-only Execute when no default is set).
+ *
+ * The one limit: a statement that refuses to run in a transaction block (VACUUM, CREATE
+ * INDEX CONCURRENTLY, CREATE/DROP DATABASE) fails here with 25001. The Worker runs none;
+ * admin code that needs one uses a bare client.
  */
 const BUDGET_SQL =
   "select set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)";
