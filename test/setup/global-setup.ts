@@ -11,6 +11,8 @@ declare module 'vitest' {
     wsProxy: string;
     /** PgBouncer's port when the run goes through it (PGBOUNCER=1), else 0. */
     pgbouncerPort: number;
+    /** Server connections PgBouncer gives each file database (0 without PgBouncer). */
+    pgbouncerPoolSize: number;
     /** Seed of every randomized test in this run (TEST_SEED to replay one). */
     testSeed: number;
     /** Cases per fuzz route group (FUZZ_RUNS; 0 = the suite's default for `npm test`). */
@@ -34,6 +36,7 @@ export default async function setup(project: TestProject) {
   project.provide('databasePrefix', stack.prefix);
   project.provide('wsProxy', stack.wsProxy);
   project.provide('pgbouncerPort', stack.pgbouncerPort);
+  project.provide('pgbouncerPoolSize', stack.pgbouncerPoolSize);
   return async () => {
     await closeFileEmulators();
     await stack.stop();

@@ -41,16 +41,15 @@ export async function startTestStack() {
   await adminQuery(withDatabase(server.adminUrl, template), await readFile(TEST_CLOCK_SQL, 'utf8'));
   const bridge = await startBridge();
   let pgbouncer: PgBouncer | undefined;
-  if (process.env.PGBOUNCER === '1')
-    pgbouncer = await startPgBouncer(server.adminUrl, {
-      poolSize: Number(process.env.PGBOUNCER_POOL_SIZE ?? 4),
-    });
+  const pgbouncerPoolSize = Number(process.env.PGBOUNCER_POOL_SIZE ?? 4);
+  if (process.env.PGBOUNCER === '1') pgbouncer = await startPgBouncer(server.adminUrl, { poolSize: pgbouncerPoolSize });
   return {
     adminUrl: server.adminUrl,
     template,
     prefix,
     wsProxy: `127.0.0.1:${bridge.port}/v2`,
     pgbouncerPort: pgbouncer?.port ?? 0,
+    pgbouncerPoolSize: pgbouncer ? pgbouncerPoolSize : 0,
     async stop() {
       await bridge.close();
       await pgbouncer?.stop();
