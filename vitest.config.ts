@@ -17,7 +17,8 @@ export const TEST_ACTOR_JWT_SECRET = 'test-actor-jwt-secret-0123456789abcdef0123
 export default defineConfig({
   test: {
     globalSetup: ['./test/setup/global-setup.ts'],
-    reporters: ['default', ['json', { outputFile: 'test-results/vitest.json' }]],
+    // .ci/run reads the JSON report; its PgBouncer run names another file (VITEST_JSON).
+    reporters: ['default', ['json', { outputFile: process.env.VITEST_JSON ?? 'test-results/vitest.json' }]],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     projects: [
