@@ -3,8 +3,8 @@ import { Client } from '@neondatabase/serverless';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { openPool } from '../../workers/db/pool';
 import { withTx } from '../../workers/db/tx';
-import { opId, put, seedWorld, ticketFor } from '../reaction-tickets/helpers';
 import { testPool } from '../helpers/db';
+import { opId, put, seedWorld, ticketFor } from '../reaction-tickets/helpers';
 
 /**
  * Statement budgets without session state: what Neon's pooled endpoint (PgBouncer in
@@ -76,6 +76,23 @@ describe('statement budgets through a transaction pooler', () => {
     }
   });
 
+  it('withTx bounds an abandoned transaction: idle_in_transaction_session_timeout is set for it', async () => {
+    const pool = appPool(15_000);
+    try {
+      const idle = await withTx(pool, { budgetMs: 400 }, async (c) => {
+        const { rows } = await c.query<{ ms: number }>(
+          `select extract(epoch from current_setting('idle_in_transaction_session_timeout')::interval) * 1000 as ms`,
+        );
+        return Number(rows[0]!.ms);
+      });
+      // Twice what was left of the budget at begin: never 0 (no limit), never above 800 ms.
+      expect(idle).toBeGreaterThan(0);
+      expect(idle).toBeLessThanOrEqual(800);
+    } finally {
+      await pool.end();
+    }
+  });
+
   it('no budget outlives its statement or transaction: the server connection keeps the server default', async () => {
     // One connection: directly, every step below runs on the same backend.
     const pool = appPool(250, 1);
@@ -133,7 +150,9 @@ describe('statement budgets through a transaction pooler', () => {
     }));
     const ops = w.actors.map(() => opId());
     const tickets = await Promise.all(w.actors.map((_, i) => ticketFor(w.tokens[i]!, ops[i]!, intents[i]!)));
-    const replies = await Promise.all(w.actors.map((_, i) => put(w.tokens[i]!, ops[i]!, tickets[i]!, intents[i]!)));
+    const replies = await Promise.all(
+      w.actors.map((_, i) => put(w.tokens[i]!, ops[i]!, tickets[i]!, intents[i]!)),
+    );
     expect(replies.map((r) => r.status)).toEqual(Array(n).fill(200));
     const { rows } = await control.query<{ n: number }>(
       'select count(*)::int as n from private.chat_reaction_operations where operation_id = any($1)',

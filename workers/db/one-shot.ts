@@ -26,8 +26,7 @@ export type QueryConfig = { text: string; values?: unknown[] };
  * INDEX CONCURRENTLY, CREATE/DROP DATABASE) fails here with 25001. The Worker runs none;
  * admin code that needs one uses a bare client.
  */
-const BUDGET_SQL =
-  "select set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)";
+const BUDGET_SQL = "select set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)";
 
 /** The driver's own Query class (node-postgres'), which the package does not export by name. */
 interface DriverQuery {
