@@ -42,7 +42,8 @@ export async function startTestStack() {
   const bridge = await startBridge();
   let pgbouncer: PgBouncer | undefined;
   const pgbouncerPoolSize = Number(process.env.PGBOUNCER_POOL_SIZE ?? 4);
-  if (process.env.PGBOUNCER === '1') pgbouncer = await startPgBouncer(server.adminUrl, { poolSize: pgbouncerPoolSize });
+  if (process.env.PGBOUNCER === '1')
+    pgbouncer = await startPgBouncer(server.adminUrl, { poolSize: pgbouncerPoolSize });
   return {
     adminUrl: server.adminUrl,
     template,
