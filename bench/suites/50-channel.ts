@@ -90,7 +90,7 @@ async function countingBridge() {
 const BENCH_STATE = `${ROOT}.local/bench-wrangler`;
 
 /** wrangler dev with its secrets in a 0600 env file, never on the command line (`ps`). */
-async function startWorker(vars: Record<string, string>, port: number): Promise<WranglerDev> {
+export async function startWorker(vars: Record<string, string>, port: number): Promise<WranglerDev> {
   rmSync(BENCH_STATE, { recursive: true, force: true });
   const dev = startWranglerDev({
     root: ROOT,
@@ -214,7 +214,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   return rows;
 }
 
-async function setupApp(base: string, adminToken: string, larkUrl: string) {
+export async function setupApp(base: string, adminToken: string, larkUrl: string) {
   const appId = `cli_bench${randomBytes(4).toString('hex')}`;
   const creds = {
     app_id: appId,
@@ -237,12 +237,12 @@ async function setupApp(base: string, adminToken: string, larkUrl: string) {
   return { installationId: installation.id, appId };
 }
 
-interface Delivery {
+export interface Delivery {
   headers: Record<string, string>;
   body: string;
 }
 
-async function buildDelivery(larkUrl: string, appId: string, chat: string): Promise<Delivery> {
+export async function buildDelivery(larkUrl: string, appId: string, chat: string): Promise<Delivery> {
   const res = await fetch(`${larkUrl}/__emulator/events`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -255,7 +255,7 @@ async function buildDelivery(larkUrl: string, appId: string, chat: string): Prom
   return ((await res.json()) as { request: Delivery }).request;
 }
 
-async function postEvent(base: string, installationId: string, d: Delivery): Promise<number> {
+export async function postEvent(base: string, installationId: string, d: Delivery): Promise<number> {
   const res = await fetch(`${base}/lark/events/${installationId}`, {
     method: 'POST',
     headers: d.headers,
