@@ -172,6 +172,7 @@ try {
 
   say('ready');
   say(`  service   ${base}   (GET /healthz, /v1/openapi.json)`);
+  say(`  console   ${base}/console   (operator console: sign in with the admin token below)`);
   say(`  admin     Authorization: Bearer ${secrets.ADMIN_TOKEN}`);
   say(`            retention enable/stop/rollback: Authorization: Bearer ${secrets.RETENTION_ADMIN_TOKEN}`);
   say(

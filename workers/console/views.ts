@@ -102,7 +102,7 @@ function effectsPanel(d: ConsoleData, csrf: string) {
   const e = d.effects;
   if (!e) return html`<section class="panel" id="panel-effects"><h2>Effects</h2>${unavailable}</section>`;
   return html`<section class="panel" id="panel-effects"><h2>Effects</h2>
-    <p>${Object.entries(e.byState).map(([k, v]) => html`${k} <b>${v}</b> · `)} mailbox pending <b>${e.backlog.mailbox_pending}</b> ·
+    <p>effects: ${Object.entries(e.byState).map(([k, v]) => html`${k} <b>${v}</b> · `)} mailbox pending <b>${e.backlog.mailbox_pending}</b>, dead-lettered <b>${e.deadLetters.length}</b> ·
       stale owners ${e.staleOwners > 0 ? badge(String(e.staleOwners), 'bad') : html`<b>0</b>`}</p>
     <div class="charts">
       <figure>${bars(e.trends.dead!, { label: 'dead-lettered messages per hour, last 24 h' })}<figcaption>dead letters / hour (24 h)</figcaption></figure>
@@ -181,7 +181,7 @@ function ticketsPanel(d: ConsoleData) {
     return html`<section class="panel" id="panel-tickets"><h2>Mobile tickets</h2>${unavailable}</section>`;
   const sum = (k: string) => (t.trends[k] ?? []).reduce((a, b) => a + b, 0);
   return html`<section class="panel" id="panel-tickets"><h2>Mobile tickets</h2>
-    <p>Last 24 h: issued <b>${sum('issued')}</b>, expired <b>${sum('expired')}</b>, terminal answers <b>${sum('answered')}</b></p>
+    <p>Last 24 h: issued <b data-testid="tickets-issued">${sum('issued')}</b>, expired <b>${sum('expired')}</b>, terminal answers <b>${sum('answered')}</b></p>
     <div class="charts">
       <figure>${bars(t.trends.issued!, { label: 'tickets issued per hour' })}<figcaption>issued / hour</figcaption></figure>
       <figure>${bars(t.trends.expired!, { label: 'tickets expired per hour' })}<figcaption>expired / hour</figcaption></figure>
