@@ -66,7 +66,14 @@ function run(args: string[], env: Record<string, string>, timeoutMs: number): Pr
 async function portPair(): Promise<number> {
   for (;;) {
     const p = await freePort();
-    if (p < 65534 && (await ensurePortFree(p + 1, 'emulator').then(() => true, () => false))) return p;
+    if (
+      p < 65534 &&
+      (await ensurePortFree(p + 1, 'emulator').then(
+        () => true,
+        () => false,
+      ))
+    )
+      return p;
   }
 }
 
@@ -109,10 +116,17 @@ async function startStack(databaseUrl: string) {
 /** The seed: the two demos, a failing withdrawal, a dead letter, one maintenance run. */
 async function seed(base: string, db: pg.Client) {
   check((await run(['scripts/demo.ts'], {}, 60_000)) === 0, 'npm run demo: badges on, reply, badges gone');
-  check((await run(['examples/mobile-client/demo.ts'], {}, 60_000)) === 0, 'mobile demo: tickets issued and answered');
+  check(
+    (await run(['examples/mobile-client/demo.ts'], {}, 60_000)) === 0,
+    'mobile demo: tickets issued and answered',
+  );
   const stack = findDevStack();
   const emulator = stack.emulatorUrl!;
-  const lark = await setupLarkDemo({ serviceUrl: base, adminToken: devSecrets().ADMIN_TOKEN, emulatorUrl: emulator });
+  const lark = await setupLarkDemo({
+    serviceUrl: base,
+    adminToken: devSecrets().ADMIN_TOKEN,
+    emulatorUrl: emulator,
+  });
   // Lark fails every reaction delete for a while: the turn's withdrawal fails and is recorded.
   await fetch(`${emulator}/__emulator/faults`, {
     method: 'POST',
@@ -129,7 +143,10 @@ async function seed(base: string, db: pg.Client) {
       message: { text: 'this badge will not come off at once', chat_id: lark.chatId, chat_type: 'group' },
     }),
   });
-  await until('a failed Open API call to be recorded', async () => (await db.query('select 1 from lark_api_errors')).rowCount);
+  await until(
+    'a failed Open API call to be recorded',
+    async () => (await db.query('select 1 from lark_api_errors')).rowCount,
+  );
   await fetch(`${emulator}/__emulator/faults`, { method: 'DELETE' });
   // A dead-lettered message (the drain dead-letters after 5 failed deliveries; seeded directly).
   await db.query(
@@ -141,7 +158,10 @@ async function seed(base: string, db: pg.Client) {
   );
   // The minute cron keeps the maintenance alarm armed; its first pass runs at once.
   await fetch(`${base}/cdn-cgi/handler/scheduled?cron=*+*+*+*+*`);
-  await until('a maintenance run to be recorded', async () => (await db.query('select 1 from typing_maintenance_runs')).rowCount);
+  await until(
+    'a maintenance run to be recorded',
+    async () => (await db.query('select 1 from typing_maintenance_runs')).rowCount,
+  );
 }
 
 async function csrfMissingRefused(page: Page) {
@@ -193,30 +213,56 @@ async function drive(consoleUrl: string) {
   await page.goto(consoleUrl);
   await page.fill('#operator', 'browser-test');
   await page.fill('#token', `${secrets.ADMIN_TOKEN}-wrong`);
-  const [wrong] = await Promise.all([page.waitForResponse(/\/console\/login$/), page.click('button[type=submit]')]);
+  const [wrong] = await Promise.all([
+    page.waitForResponse(/\/console\/login$/),
+    page.click('button[type=submit]'),
+  ]);
   check(wrong.status() === 401, `a wrong admin token is refused (${wrong.status()})`);
-  check((await page.locator('[data-code="unauthorized"]').count()) === 1, 'the sign-in page says unauthorized');
+  check(
+    (await page.locator('[data-code="unauthorized"]').count()) === 1,
+    'the sign-in page says unauthorized',
+  );
 
   await page.fill('#operator', 'browser-test');
   await page.fill('#token', secrets.ADMIN_TOKEN);
   await Promise.all([page.waitForURL(/\/console$/), page.click('button[type=submit]')]);
   const cookie = (await context.cookies()).find((c) => c.name === 'rl_console');
-  check(cookie?.httpOnly && cookie.sameSite === 'Strict' && cookie.path === '/console', 'signed in: HttpOnly, SameSite=Strict session cookie');
+  check(
+    cookie?.httpOnly && cookie.sameSite === 'Strict' && cookie.path === '/console',
+    'signed in: HttpOnly, SameSite=Strict session cookie',
+  );
   const html = await page.content();
-  check(!html.includes(secrets.ADMIN_TOKEN) && !html.includes(secrets.RETENTION_ADMIN_TOKEN), 'no token in the page');
+  check(
+    !html.includes(secrets.ADMIN_TOKEN) && !html.includes(secrets.RETENTION_ADMIN_TOKEN),
+    'no token in the page',
+  );
 
   const rows = (panel: string) => page.locator(`#panel-${panel} table tr`).count();
   check((await rows('typing')) > 1, 'typing badges: a workspace row and maintenance passes');
-  check((await page.locator('#panel-typing td', { hasText: /^demo/ }).count()) + (await rows('typing')) > 2, 'typing panel has data');
+  check(
+    (await page.locator('#panel-typing td', { hasText: /^demo/ }).count()) + (await rows('typing')) > 2,
+    'typing panel has data',
+  );
   check((await rows('effects')) > 1, 'effects: processes and the dead letter');
-  check((await page.locator('#panel-effects td', { hasText: 'seed:poison' }).count()) === 1, 'effects: the dead-lettered message is listed');
-  check((await page.locator('#panel-lark td', { hasText: /^code 0 \(HTTP 500\)/ }).count()) >= 1, 'lark: the last Open API error is shown');
-  check((await page.locator('#panel-retention [data-testid="retention-state"]').count()) === 1, 'retention: state, generation, budgets');
+  check(
+    (await page.locator('#panel-effects td', { hasText: 'seed:poison' }).count()) === 1,
+    'effects: the dead-lettered message is listed',
+  );
+  check(
+    (await page.locator('#panel-lark td', { hasText: /^code 0 \(HTTP 500\)/ }).count()) >= 1,
+    'lark: the last Open API error is shown',
+  );
+  check(
+    (await page.locator('#panel-retention [data-testid="retention-state"]').count()) === 1,
+    'retention: state, generation, budgets',
+  );
   const issued = Number(await page.locator('#panel-tickets [data-testid="tickets-issued"]').innerText());
   check(issued > 0, `mobile tickets: ${issued} issued in the last 24 h`);
   const points = await page.locator('svg.chart rect.pt[height]:not([height="0.0"])').count();
   check(points > 0, `charts have points (${points} bars)`);
-  const ticketPoints = Number(await page.locator('#panel-tickets svg.chart').first().getAttribute('data-points'));
+  const ticketPoints = Number(
+    await page.locator('#panel-tickets svg.chart').first().getAttribute('data-points'),
+  );
   check(ticketPoints > 0, 'the tickets-issued chart has a point');
 
   mkdirSync(results, { recursive: true });
@@ -225,9 +271,15 @@ async function drive(consoleUrl: string) {
   await page.screenshot({ path: join(results, 'console.png'), fullPage: true });
 
   await act(page, 'typing', 'typing-stop');
-  check((await page.locator('[data-testid="typing-state"]').innerText()) === 'stopped', 'stop: the maintenance shows stopped');
+  check(
+    (await page.locator('[data-testid="typing-state"]').innerText()) === 'stopped',
+    'stop: the maintenance shows stopped',
+  );
   await act(page, 'typing', 'typing-enable');
-  check((await page.locator('[data-testid="typing-state"]').innerText()) === 'enabled', 'enable: the maintenance shows enabled');
+  check(
+    (await page.locator('[data-testid="typing-state"]').innerText()) === 'enabled',
+    'enable: the maintenance shows enabled',
+  );
   const audit = await page.locator('#panel-audit').innerText();
   check(/typing-stop/.test(audit) && /typing-enable/.test(audit), 'both actions are in the audit panel');
   await page.locator('#panel-audit').screenshot({ path: join(results, 'console-audit.png') });
@@ -264,5 +316,8 @@ try {
   console.error(`[browser] ${(err as Error).stack ?? err}`);
   status = 1;
 }
-for (const fn of cleanups.reverse()) await Promise.resolve().then(fn).catch((err: Error) => say(`cleanup: ${err.message}`));
+for (const fn of cleanups.reverse())
+  await Promise.resolve()
+    .then(fn)
+    .catch((err: Error) => say(`cleanup: ${err.message}`));
 process.exit(status);

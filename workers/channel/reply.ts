@@ -68,7 +68,10 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
           errorLog: {
             failed: (route, err) =>
               withDb(config, (pool) =>
-                durableErrorLog(pool, { apiBase: installation.apiBase, appId: installation.appId }).failed(route, err),
+                durableErrorLog(pool, { apiBase: installation.apiBase, appId: installation.appId }).failed(
+                  route,
+                  err,
+                ),
               ).catch((error: unknown) => log.warn('lark_api_error_record_failed', { route, error })),
           },
         },

@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { type Clock, type Deadline, systemClock } from '../clock';
 import { registerSecret } from '../log';
 import { isAllowedApiBase } from './api-base';
+import type { ApiErrorLog } from './api-errors';
 import {
   classify,
   LarkApiError,
@@ -10,7 +11,6 @@ import {
   retryAfter,
   TOKEN_CODES,
 } from './errors';
-import type { ApiErrorLog } from './api-errors';
 import type { LarkRoute, RateGate } from './rate-limits';
 import {
   ApiEnvelope,

@@ -1,5 +1,5 @@
-import { LarkClient, type LarkCredentials } from '../lark/client';
 import { durableErrorLog } from '../lark/api-errors';
+import { LarkClient, type LarkCredentials } from '../lark/client';
 import { durableRateGate } from '../lark/rate-limits';
 import type { Q } from './types';
 
