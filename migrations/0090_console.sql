@@ -33,14 +33,19 @@ create table if not exists typing_maintenance_runs (
 );
 create index if not exists typing_maintenance_runs_at on typing_maintenance_runs (at);
 
--- One row per Add the workspace quota (1,000 pending) refused, written in the registering
--- transaction (append-only: no row two webhooks contend on). At most one per inbound message.
+-- Typing-ledger incidents the spec asks operators to alert on, one row each, appended by the
+-- statement that decides them (no row two requests contend on):
+--  - quota_skip: an Add the workspace quota (1,000 pending) refused, in the registering
+--    statement (at most one per inbound message);
+--  - withdraw_failed: a withdrawal Lark did not confirm (immediate, or a retry pass), in the
+--    statement that schedules the row's retry (at most one per row per attempt).
 -- Kept 2 days (the console shows 24 h).
-create table if not exists typing_quota_skips (
+create table if not exists typing_incidents (
   workspace_id text not null,
+  kind text not null check (kind in ('quota_skip', 'withdraw_failed')),
   at timestamptz not null default app_now()
 );
-create index if not exists typing_quota_skips_at on typing_quota_skips (at);
+create index if not exists typing_incidents_at on typing_incidents (at);
 
 -- The last failed Lark Open API call per app (one installation per app since 0083): route,
 -- Lark's business code (0: none, e.g. a timeout) and HTTP status. Overwritten by the next

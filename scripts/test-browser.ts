@@ -176,8 +176,8 @@ async function csrfMissingRefused(page: Page) {
       f.submit();
     })()`),
   ]);
-  await page.waitForSelector('[data-code]');
   check(response.status() === 403, `an action without its CSRF token is refused (${response.status()})`);
+  await page.waitForSelector('[data-code]');
   check((await page.locator('[data-code="csrf_invalid"]').count()) === 1, 'the refusal names csrf_invalid');
 }
 

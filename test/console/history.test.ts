@@ -5,10 +5,18 @@ import { CONSOLE_RETENTION } from '../../workers/housekeeping/console-history';
 import { runHousekeeping } from '../../workers/housekeeping/run';
 import { ledgerClient } from '../../workers/typing-ledger/client';
 import { RUN_BUDGET_MS } from '../../workers/typing-ledger/maintenance-history';
+import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
+import { scheduleRetry } from '../../workers/typing-ledger/store';
 import { advanceDbClock, testPool, uid } from '../helpers/db';
 import { emu } from '../lark/helpers';
-import { makeInstallation, newMessage, register } from '../typing-ledger/helpers';
-import { bulkRows, quietEmulator, runMaintenanceAlarm, trackWorkspaces } from '../typing-maintenance/helpers';
+import { keys, makeInstallation, newMessage, register } from '../typing-ledger/helpers';
+import {
+  bulkRows,
+  liveRows,
+  quietEmulator,
+  runMaintenanceAlarm,
+  trackWorkspaces,
+} from '../typing-maintenance/helpers';
 
 /** The console's history tables: who writes them, and the retention rule that empties them. */
 let pool: Pool;
@@ -28,7 +36,8 @@ afterAll(async () => {
   await pool.end();
 });
 
-const count = async (table: string) => Number((await pool.query(`select count(*)::int as n from ${table}`)).rows[0].n);
+const count = async (table: string) =>
+  Number((await pool.query(`select count(*)::int as n from ${table}`)).rows[0].n);
 
 describe('console history is written where it happens', () => {
   it('a maintenance run records its counters and its budget', async () => {
@@ -45,17 +54,54 @@ describe('console history is written where it happens', () => {
     track(inst.workspaceId);
     const skips = async () =>
       Number(
-        (await pool.query('select count(*)::int as n from typing_quota_skips where workspace_id = $1', [inst.workspaceId]))
-          .rows[0].n,
+        (
+          await pool.query(
+            "select count(*)::int as n from typing_incidents where workspace_id = $1 and kind = 'quota_skip'",
+            [inst.workspaceId],
+          )
+        ).rows[0].n,
       );
-    const ok = await register(pool, inst, { sessionId: uid('s'), messageId: await newMessage(), position: 1 });
+    const ok = await register(pool, inst, {
+      sessionId: uid('s'),
+      messageId: await newMessage(),
+      position: 1,
+    });
     expect(ok.kind).toBe('registered');
     expect(await skips()).toBe(0);
     await pool.query('delete from channel_typing_reaction where workspace_id = $1', [inst.workspaceId]);
     await bulkRows(pool, { workspaceId: inst.workspaceId, n: 1000, slots: true });
-    const full = await register(pool, inst, { sessionId: uid('s'), messageId: await newMessage(), position: 2 });
+    const full = await register(pool, inst, {
+      sessionId: uid('s'),
+      messageId: await newMessage(),
+      position: 2,
+    });
     expect(full).toEqual({ kind: 'skipped', reason: 'quota_full' });
     expect(await skips()).toBe(1);
+  });
+
+  it('a failed withdrawal, immediate or by the retry pass, is one incident per attempt; a clean one none', async () => {
+    const inst = await makeInstallation(pool);
+    track(inst.workspaceId);
+    const incidents = async () =>
+      Number(
+        (
+          await pool.query(
+            "select count(*)::int as n from typing_incidents where workspace_id = $1 and kind = 'withdraw_failed'",
+            [inst.workspaceId],
+          )
+        ).rows[0].n,
+      );
+    const [a] = await liveRows(pool, inst, 2);
+    await scheduleRetry(pool, a!.id, 0, 'withdraw:retryable:0');
+    expect(await incidents()).toBe(1);
+    await pool.query(
+      'update channel_typing_reaction set next_attempt_at = app_now() where workspace_id = $1',
+      [inst.workspaceId],
+    );
+    await emu('faults', { route: 'reactions.delete', kind: '5xx', status: 503, times: 1 });
+    const report = await runRemoteRetry(pool, { keys: keys(), scope: { workspaceIds: [inst.workspaceId] } });
+    expect(report).toMatchObject({ claimed: 2, cleaned: 1, retryable: 1 });
+    expect(await incidents()).toBe(2);
   });
 
   it('a failed Open API call is the app’s last error; an already-gone answer is not an error', async () => {
@@ -64,8 +110,11 @@ describe('console history is written where it happens', () => {
     const lark = ledgerClient(pool, { baseUrl: inst.apiBase, appId: inst.appId, appSecret: inst.appSecret });
     const call = () => ({ deadline: new Deadline(3000) });
     const messageId = await newMessage();
-    await expect(lark.deleteReaction(messageId, 'no-such-reaction', call())).rejects.toMatchObject({ kind: 'already_gone' });
-    const last = () => pool.query('select route, code, http_status from lark_api_errors where app_id = $1', [inst.appId]);
+    await expect(lark.deleteReaction(messageId, 'no-such-reaction', call())).rejects.toMatchObject({
+      kind: 'already_gone',
+    });
+    const last = () =>
+      pool.query('select route, code, http_status from lark_api_errors where app_id = $1', [inst.appId]);
     expect((await last()).rows).toEqual([]);
     await emu('faults', { route: 'reactions.delete', kind: '5xx', status: 502 });
     await expect(lark.deleteReaction(messageId, 'any', call())).rejects.toMatchObject({ kind: 'retryable' });
@@ -75,7 +124,13 @@ describe('console history is written where it happens', () => {
 
 describe('console history retention (housekeeping `console` step)', () => {
   it('deletes each table’s rows past its period, oldest first and bounded per run, and keeps younger ones', async () => {
-    const settings = { ticketGraceMs: DAY, channelHistoryMs: DAY, conversationIdleMs: DAY, batchRows: 2, stepBudgetMs: 3000 };
+    const settings = {
+      ticketGraceMs: DAY,
+      channelHistoryMs: DAY,
+      conversationIdleMs: DAY,
+      batchRows: 2,
+      stepBudgetMs: 3000,
+    };
     const prune = async () => (await runHousekeeping(pool, settings, ['console'])).console;
     // This file's own database: the rows above are cleared so each count is exact.
     for (const table of Object.keys(CONSOLE_RETENTION)) await pool.query(`delete from ${table}`);
@@ -87,7 +142,9 @@ describe('console history retention (housekeeping `console` step)', () => {
         `insert into typing_maintenance_runs (duration_ms, budget_ms, stopped, expired, pruned, claimed, cleaned, deferred, failed_steps)
          values (10, 15000, false, 0, 0, 0, 0, 0, 0)`,
       );
-      await pool.query(`insert into typing_quota_skips (workspace_id) select 'ws_hist' from generate_series(1, 3)`);
+      await pool.query(
+        `insert into typing_incidents (workspace_id, kind) select 'ws_hist', 'quota_skip' from generate_series(1, 3)`,
+      );
       await pool.query(
         `insert into lark_api_errors (api_base, app_id, route, code, http_status) values ('https://h', $1, 'reply', 1, 400)`,
         [uid('cli')],
@@ -97,11 +154,12 @@ describe('console history retention (housekeeping `console` step)', () => {
     expect(CONSOLE_RETENTION).toEqual({
       console_audit: '90 days',
       typing_maintenance_runs: '3 days',
-      typing_quota_skips: '2 days',
+      typing_incidents: '2 days',
       lark_api_errors: '30 days',
     });
     const tables = Object.keys(CONSOLE_RETENTION);
-    const counts = async () => Object.fromEntries(await Promise.all(tables.map(async (t) => [t, await count(t)])));
+    const counts = async () =>
+      Object.fromEntries(await Promise.all(tables.map(async (t) => [t, await count(t)])));
     const start = await counts();
     await advanceDbClock(pool, 2 * DAY - 60_000);
     expect(await prune()).toBe(0);
@@ -109,7 +167,7 @@ describe('console history retention (housekeeping `console` step)', () => {
     // Three skips are due; a run deletes at most batchRows (2) of them.
     expect(await prune()).toBe(2);
     expect(await prune()).toBe(1);
-    expect(await counts()).toEqual({ ...start, typing_quota_skips: start.typing_quota_skips - 3 });
+    expect(await counts()).toEqual({ ...start, typing_incidents: start.typing_incidents - 3 });
     await advanceDbClock(pool, DAY);
     expect(await prune()).toBe(1);
     expect(await count('typing_maintenance_runs')).toBe(start.typing_maintenance_runs - 1);

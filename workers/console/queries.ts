@@ -7,20 +7,20 @@
  * (`h` = hours before now, 0..23).
  */
 
-/** Quota slots in use per workspace (the partial quota index, 0041) and the last 24 h's skips and failed withdrawals. */
+/** Quota slots in use per workspace (the partial quota index, 0041) and the last 24 h's incidents. */
 export const TYPING_QUOTA = `
-select w.workspace_id,
-  (select count(*) from channel_typing_reaction r
-     where r.workspace_id = w.workspace_id and r.quota_slot is not null)::int as quota_used,
-  (select count(*) from typing_quota_skips s
-     where s.workspace_id = w.workspace_id and s.at > app_now() - interval '24 hours')::int as quota_skips_24h,
-  (select count(*) from channel_typing_reaction r
-     where r.workspace_id = w.workspace_id and r.last_error like 'withdraw:%'
-       and r.updated_at > app_now() - interval '24 hours')::int as withdraw_failed_24h
-from (select distinct workspace_id from channel_typing_reaction
-      union select distinct workspace_id from typing_quota_skips) w
-order by w.workspace_id
-limit 200`;
+with incidents as (
+  select workspace_id,
+    count(*) filter (where kind = 'quota_skip')::int as quota_skips_24h,
+    count(*) filter (where kind = 'withdraw_failed')::int as withdraw_failed_24h
+  from typing_incidents where at > app_now() - interval '24 hours' group by workspace_id),
+used as (
+  select workspace_id, count(*)::int as quota_used from channel_typing_reaction
+  where quota_slot is not null group by workspace_id)
+select coalesce(u.workspace_id, i.workspace_id) as workspace_id, coalesce(u.quota_used, 0) as quota_used,
+  coalesce(i.quota_skips_24h, 0) as quota_skips_24h, coalesce(i.withdraw_failed_24h, 0) as withdraw_failed_24h
+from used u full join incidents i on i.workspace_id = u.workspace_id
+order by 1 limit 200`;
 
 /** The last maintenance runs (typing_maintenance_runs, written by the TypingMaintenance object). */
 export const MAINTENANCE_RUNS = `

@@ -357,6 +357,12 @@ export interface PrivateWriteContractState {
   opened_at: Generated<Timestamp>;
 }
 
+export interface TypingIncidents {
+  at: Generated<Timestamp>;
+  kind: string;
+  workspace_id: string;
+}
+
 export interface TypingMaintenanceRuns {
   at: Generated<Timestamp>;
   budget_ms: number;
@@ -369,11 +375,6 @@ export interface TypingMaintenanceRuns {
   id: Generated<Int8>;
   pruned: number;
   stopped: boolean;
-}
-
-export interface TypingQuotaSkips {
-  at: Generated<Timestamp>;
-  workspace_id: string;
 }
 
 export interface DB {
@@ -405,6 +406,6 @@ export interface DB {
   "private.retention_control": PrivateRetentionControl;
   "private.workspaces": PrivateWorkspaces;
   "private.write_contract_state": PrivateWriteContractState;
+  typing_incidents: TypingIncidents;
   typing_maintenance_runs: TypingMaintenanceRuns;
-  typing_quota_skips: TypingQuotaSkips;
 }

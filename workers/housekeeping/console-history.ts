@@ -11,8 +11,8 @@ export const CONSOLE_RETENTION = {
   console_audit: '90 days',
   /** ~2,900 runs a day; the panel shows the last 30. */
   typing_maintenance_runs: '3 days',
-  /** The panel counts 24 h. */
-  typing_quota_skips: '2 days',
+  /** Quota skips and failed withdrawals; the panel counts 24 h. */
+  typing_incidents: '2 days',
   /** One row per app; a failure older than a month is no longer news. */
   lark_api_errors: '30 days',
 } as const;

@@ -62,8 +62,8 @@ export interface RegisterSql {
  * (workspace_id, quota_slot) arbitrates concurrent registrations: a loser waits for the
  * winner's commit and then inserts nothing. The same `do nothing` covers a message
  * registered twice (unique per installation and message). Read the outcome with
- * REGISTER_RESULT_COLUMNS. A quota skip (no free slot) also appends a `typing_quota_skips`
- * row in the same statement (migration 0090: the console's "quota skips, last 24 h").
+ * REGISTER_RESULT_COLUMNS. A quota skip (no free slot) also appends a `typing_incidents`
+ * row (`quota_skip`) in the same statement (migration 0090: the console's "quota skips, last 24 h").
  */
 export function registerCtes(x: RegisterSql): string {
   const from = x.from ? `, ${x.from}` : '';
@@ -84,8 +84,8 @@ export function registerCtes(x: RegisterSql): string {
   on conflict do nothing
   returning id
 ), typing_quota_skip as (
-  insert into typing_quota_skips (workspace_id)
-  select ${x.workspaceId} from ${x.from ?? '(select 1) as one'}
+  insert into typing_incidents (workspace_id, kind)
+  select ${x.workspaceId}, 'quota_skip' from ${x.from ?? '(select 1) as one'}
   where ${x.gate} and not exists (select 1 from typing_free)
 )`;
 }
