@@ -256,7 +256,7 @@ async function drive(consoleUrl: string) {
     (await page.locator('#panel-retention [data-testid="retention-state"]').count()) === 1,
     'retention: state, generation, budgets',
   );
-  const issued = Number(await page.locator('#panel-tickets [data-testid="tickets-issued"]').innerText());
+  const issued = Number(await page.locator('#panel-tickets [data-testid="tickets-issued"]').textContent());
   check(issued > 0, `mobile tickets: ${issued} issued in the last 24 h`);
   const points = await page.locator('svg.chart rect.pt[height]:not([height="0.0"])').count();
   check(points > 0, `charts have points (${points} bars)`);
@@ -272,15 +272,15 @@ async function drive(consoleUrl: string) {
 
   await act(page, 'typing', 'typing-stop');
   check(
-    (await page.locator('[data-testid="typing-state"]').innerText()) === 'stopped',
+    (await page.locator('[data-testid="typing-state"]').textContent()) === 'stopped',
     'stop: the maintenance shows stopped',
   );
   await act(page, 'typing', 'typing-enable');
   check(
-    (await page.locator('[data-testid="typing-state"]').innerText()) === 'enabled',
+    (await page.locator('[data-testid="typing-state"]').textContent()) === 'enabled',
     'enable: the maintenance shows enabled',
   );
-  const audit = await page.locator('#panel-audit').innerText();
+  const audit = (await page.locator('#panel-audit').textContent()) ?? '';
   check(/typing-stop/.test(audit) && /typing-enable/.test(audit), 'both actions are in the audit panel');
   await page.locator('#panel-audit').screenshot({ path: join(results, 'console-audit.png') });
 
