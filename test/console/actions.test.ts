@@ -1,30 +1,15 @@
-import type { Pool } from '@neondatabase/serverless';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { testPool, uid } from '../helpers/db';
-import { emu } from '../lark/helpers';
+import { describe, expect, it } from 'vitest';
+import { uid } from '../helpers/db';
 import { makeInstallation, typingOf } from '../typing-ledger/helpers';
-import { liveRows, maintenanceStub, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
-import { action, page, secretValues, signIn } from './helpers';
+import { liveRows, maintenanceStub } from '../typing-maintenance/helpers';
+import { action, fixtures, page, secretValues, signIn } from './helpers';
 
 /** Every console action: done through the same owner as the admin API, confirmed, and audited. */
-let pool: Pool;
-const { track, dropAll } = trackWorkspaces();
-
-beforeAll(async () => {
-  pool = testPool(4);
-  await quietEmulator();
-});
-afterEach(async () => {
-  await emu('faults', undefined, 'DELETE');
-});
-afterAll(async () => {
-  await dropAll(pool);
-  await quietEmulator(true);
-  await pool.end();
-});
+const f = fixtures();
+const { track } = f;
 
 async function audit(operator: string) {
-  const { rows } = await pool.query<{
+  const { rows } = await f.pool.query<{
     action: string;
     target: string | null;
     outcome: string;
@@ -37,11 +22,11 @@ async function audit(operator: string) {
 
 async function deadLetter(): Promise<string> {
   const instance = uid('console-i');
-  await pool.query(
+  await f.pool.query(
     `insert into actor_instances (id, actor_type, actor_key) values ($1, 'console-test', $1)`,
     [instance],
   );
-  const { rows } = await pool.query<{ id: string }>(
+  const { rows } = await f.pool.query<{ id: string }>(
     `insert into actor_mailbox (instance_id, message_key, payload, state, attempts, last_error, dead_at_ms)
      values ($1, 'in:1', '{}'::jsonb, 'dead', 5, 'Error: boom', app_now_ms()) returning id::text`,
     [instance],
@@ -72,10 +57,10 @@ describe('console actions', () => {
   });
 
   it('retries the removal of an abandoned badge: the badge is gone and the outcome recorded', async () => {
-    const inst = await makeInstallation(pool);
+    const inst = await makeInstallation(f.pool);
     track(inst.workspaceId);
-    const [live] = await liveRows(pool, inst, 1);
-    await pool.query(
+    const [live] = await liveRows(f.pool, inst, 1);
+    await f.pool.query(
       `update channel_typing_reaction set abandoned_at = app_now(), credential_snapshot = null, quota_slot = null,
          next_attempt_at = null, retention_outcome = 'expired' where id = $1`,
       [live!.id],
@@ -110,9 +95,10 @@ describe('console actions', () => {
     const s = await signIn(operator);
     expect(s.html).toContain(`name="message" value="${id}"`);
     expect((await action(s, 'dead-requeue', { message: id })).status).toBe(303);
-    const { rows } = await pool.query('select state, attempts, dead_at_ms from actor_mailbox where id = $1', [
-      id,
-    ]);
+    const { rows } = await f.pool.query(
+      'select state, attempts, dead_at_ms from actor_mailbox where id = $1',
+      [id],
+    );
     expect(rows[0]).toMatchObject({ state: 'pending', attempts: 0, dead_at_ms: null });
     expect((await action(s, 'dead-requeue', { message: id })).status).toBe(404);
     expect((await audit(operator)).map((r) => r.outcome)).toEqual(['requeued', 'refused: not_found']);
@@ -121,13 +107,13 @@ describe('console actions', () => {
   it('discards a dead-lettered message, and never a pending one', async () => {
     const id = await deadLetter();
     const pending = await deadLetter();
-    await pool.query(`update actor_mailbox set state = 'pending', dead_at_ms = null where id = $1`, [
+    await f.pool.query(`update actor_mailbox set state = 'pending', dead_at_ms = null where id = $1`, [
       pending,
     ]);
     const s = await signIn();
     expect((await action(s, 'dead-discard', { message: id })).status).toBe(303);
     expect((await action(s, 'dead-discard', { message: pending })).status).toBe(404);
-    const { rows } = await pool.query('select id::text from actor_mailbox where id = any($1::bigint[])', [
+    const { rows } = await f.pool.query('select id::text from actor_mailbox where id = any($1::bigint[])', [
       [id, pending],
     ]);
     expect(rows.map((r) => r.id)).toEqual([pending]);
@@ -163,9 +149,9 @@ describe('console actions', () => {
   });
 
   it('renders no secret: tokens, key material, app secrets and sealed values stay out of the page', async () => {
-    const inst = await makeInstallation(pool);
+    const inst = await makeInstallation(f.pool);
     track(inst.workspaceId);
-    const { rows } = await pool.query<Record<string, string | null>>(
+    const { rows } = await f.pool.query<Record<string, string | null>>(
       'select app_secret_sealed, verification_token_sealed, encrypt_key_sealed from lark_installations where id = $1',
       [inst.id],
     );

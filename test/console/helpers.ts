@@ -1,4 +1,9 @@
 import { env, exports } from 'cloudflare:workers';
+import type { Pool } from '@neondatabase/serverless';
+import { afterAll, afterEach, beforeAll } from 'vitest';
+import { testPool } from '../helpers/db';
+import { emu } from '../lark/helpers';
+import { quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
 
 export const BASE = 'https://console.test';
 
@@ -52,4 +57,22 @@ export function secretValues(): [string, string][] {
     ...Object.entries(keys).map(([v, k]): [string, string] => [`SECRET_KEYS[${v}]`, k]),
     ['DATABASE_URL', env.DATABASE_URL!],
   ];
+}
+
+/** The file's pool, a quiet emulator with faults cleared after each test, and its workspaces dropped at the end. */
+export function fixtures() {
+  const f = { pool: undefined as unknown as Pool, ...trackWorkspaces() };
+  beforeAll(async () => {
+    f.pool = testPool(4);
+    await quietEmulator();
+  });
+  afterEach(async () => {
+    await emu('faults', undefined, 'DELETE');
+  });
+  afterAll(async () => {
+    await f.dropAll(f.pool);
+    await quietEmulator(true);
+    await f.pool.end();
+  });
+  return f;
 }

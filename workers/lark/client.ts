@@ -149,18 +149,13 @@ export class LarkClient {
    * delete that is success).
    */
   private async authed<S extends z.ZodType>(
-    api: LarkRoute,
-    method: string,
-    path: string,
-    body: unknown,
-    schema: S,
-    call: CallOptions,
+    ...args: [api: LarkRoute, method: string, path: string, body: unknown, schema: S, call: CallOptions]
   ): Promise<z.infer<S>> {
     try {
-      return await this.authedCall(api, method, path, body, schema, call);
+      return await this.authedCall(...args);
     } catch (err) {
       if (this.errors && err instanceof LarkApiError && !err.notSent && err.kind !== 'already_gone')
-        await this.errors.failed(api, err);
+        await this.errors.failed(args[0], err);
       throw err;
     }
   }
