@@ -79,9 +79,12 @@ async function portPair(): Promise<number> {
 
 async function startStack(databaseUrl: string) {
   const port = await portPair();
+  // Fresh Durable Object state too (the developer's .wrangler/state is left alone).
+  const stateDir = mkdtempSync(join(tmpdir(), 'console-wrangler-'));
+  cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
   const dev = spawn(process.execPath, ['--import', 'tsx', 'scripts/dev.ts'], {
     cwd: root,
-    env: { ...process.env, PORT: String(port), DATABASE_URL: databaseUrl },
+    env: { ...process.env, PORT: String(port), DATABASE_URL: databaseUrl, DEV_STATE_DIR: stateDir },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: false,
   });
@@ -268,7 +271,6 @@ async function drive(consoleUrl: string) {
   mkdirSync(results, { recursive: true });
   for (const panel of ['typing', 'effects', 'lark', 'retention', 'tickets', 'audit'])
     await page.locator(`#panel-${panel}`).screenshot({ path: join(results, `console-${panel}.png`) });
-  await page.screenshot({ path: join(results, 'console.png'), fullPage: true });
 
   await act(page, 'typing', 'typing-stop');
   check(
@@ -283,6 +285,7 @@ async function drive(consoleUrl: string) {
   const audit = (await page.locator('#panel-audit').textContent()) ?? '';
   check(/typing-stop/.test(audit) && /typing-enable/.test(audit), 'both actions are in the audit panel');
   await page.locator('#panel-audit').screenshot({ path: join(results, 'console-audit.png') });
+  await page.screenshot({ path: join(results, 'console.png'), fullPage: true });
 
   await csrfMissingRefused(page);
 }

@@ -6,7 +6,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:0;background:#f5f6f8;color:#1d233
 header{display:flex;gap:1rem;align-items:center;padding:.6rem 1.2rem;background:#1d2330;color:#fff}
 header h1{font-size:1rem;margin:0;flex:1}header form{margin:0}
 main{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1rem;padding:1rem}
-#panel-typing,#panel-lark{grid-column:1/-1}
+#panel-typing,#panel-effects,#panel-lark{grid-column:1/-1}
 section.panel{background:#fff;border:1px solid #d9dde5;border-radius:6px;padding:.8rem 1rem;overflow:auto}
 section h2{font-size:1rem;margin:.1rem 0 .6rem}h3{font-size:.85rem;margin:.8rem 0 .3rem;color:#4a5468}
 table{border-collapse:collapse;width:100%;font-size:12.5px}th,td{text-align:left;padding:2px 6px;border-bottom:1px solid #eef0f4;white-space:nowrap}
