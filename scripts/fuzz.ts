@@ -3,6 +3,7 @@
 // keeps. The seed is printed; TEST_SEED=<seed> npm run fuzz -- --runs N replays the run.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { GroupStats } from '../test/fuzz/harness';
 
@@ -16,6 +17,7 @@ mkdirSync(`${root}test-results`, { recursive: true });
 rmSync(report, { force: true });
 
 const started = Date.now();
+const loadBefore = loadavg();
 const vitest = spawnSync(
   `${root}node_modules/.bin/vitest`,
   [
@@ -48,10 +50,13 @@ const rows = groups.map((g) => [
   g.writesFromRejected,
   g.secretsLeaked,
   Object.keys(g.routes).length,
+  Math.round(g.timing.totalMs / 1000),
+  `${g.timing.p50} / ${g.timing.p95} / ${g.timing.max}`,
 ]);
 const total = [
   'total',
-  ...[1, 2, 3, 4, 5, 6, 7].map((col) => rows.reduce((sum, r) => sum + Number(r[col]), 0)),
+  ...[1, 2, 3, 4, 5, 6, 7, 8].map((col) => rows.reduce((sum, r) => sum + Number(r[col]), 0)),
+  '',
 ];
 const header = [
   'route group',
@@ -62,12 +67,19 @@ const header = [
   'writes from rejected',
   'secrets leaked',
   'routes',
+  'time (s)',
+  'ms a case p50 / p95 / max',
 ];
 const line = (cells: unknown[]) => `| ${cells.join(' | ')} |`;
 console.log(
   [
     '',
-    `fuzz: ${runs} cases per group, ${Math.round((Date.now() - started) / 1000)} s`,
+    `fuzz: ${runs} cases per group, ${Math.round((Date.now() - started) / 1000)} s in all, ` +
+      `${new Date().toISOString().slice(0, 16)}Z, ${cpus().length} cores, load average ` +
+      `${loadBefore.map((l) => l.toFixed(2)).join(' ')} at the start, ` +
+      `${loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')} at the end`,
     '',
     line(header),
     line(header.map((_, i) => (i === 0 ? '---' : '---:'))),

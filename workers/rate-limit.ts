@@ -3,11 +3,18 @@ import { log } from './log';
 
 /**
  * Request-rate guards where nothing else bounds cost (docs/operations.md "Rate limits"): the
- * unauthenticated Lark webhook per installation, the authenticated /v1 routes per actor. The
- * Workers rate-limiting binding counts a fixed window per key; it has no reset time to read,
- * so Retry-After is the whole period, which is never too early.
+ * Lark webhook per installation (its verified deliveries and the refused ones on separate
+ * keys), the authenticated /v1 routes per actor. The Workers rate-limiting binding counts a
+ * fixed window per key; it has no reset time to read, so Retry-After is the whole period,
+ * which is never too early.
  */
-export type RateLimitScope = 'installation' | 'actor';
+export type RateLimitScope = 'installation' | 'unverified' | 'actor';
+
+const REFUSAL: Record<RateLimitScope, string> = {
+  installation: 'Too many webhook requests for this installation; retry later',
+  unverified: 'Too many refused webhook requests for this installation; retry later',
+  actor: 'Too many requests for this actor; retry later',
+};
 
 /** The `period` of both [[ratelimits]] bindings in wrangler.toml. */
 export const RATE_LIMIT_PERIOD_S = 60;
@@ -35,9 +42,7 @@ export async function enforceRateLimit(
   if (success) return;
   throw new AppError(
     'rate_limited',
-    scope === 'installation'
-      ? 'Too many webhook requests for this installation; retry later'
-      : 'Too many requests for this actor; retry later',
+    REFUSAL[scope],
     { scope, retryAfterSeconds: RATE_LIMIT_PERIOD_S },
     { 'retry-after': String(RATE_LIMIT_PERIOD_S) },
   );

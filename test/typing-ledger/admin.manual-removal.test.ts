@@ -230,6 +230,13 @@ describe('admin: rows the service gave up on', () => {
     }
     const long = await list('w'.repeat(129));
     expect(long.status).toBe(400);
+    // Found by the 10,000-case fuzz run: a U+0000 in the workspace id reached the statement
+    // (Postgres 22021) and was answered 500.
+    const nul = await list('a\u0000b');
+    expect({ status: nul.status, code: await errorCode(nul) }).toEqual({
+      status: 400,
+      code: 'validation_failed',
+    });
     for (const id of ["tr_x'or'1", 'a'.repeat(101)]) {
       const res = await remove(encodeURIComponent(id));
       expect(res.status, id).toBe(400);

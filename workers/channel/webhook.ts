@@ -6,7 +6,7 @@ import { AppError } from '../errors';
 import { INSTALLATION_ID, loadInstallation } from '../installations/store';
 import { recordRejectedEvent } from '../lark/event-receipts';
 import { MessageReceiveEvent } from '../lark/schemas';
-import { openDelivery } from '../lark/verify';
+import { type Delivery, openDelivery } from '../lark/verify';
 import { limitBody } from '../lib/body-limit';
 import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
@@ -40,9 +40,8 @@ export const webhook = new Hono<AppEnv>().post(
     const installationId = c.req.param('installationId');
     if (!INSTALLATION_ID.test(installationId))
       throw new AppError('lark_unknown_installation', 'No such Lark installation');
-    // Before the database: anyone can post here, and every request below costs a lookup. After
-    // the body is read, so a refused request leaves no unread body on the connection.
-    await enforceRateLimit(c.env.WEBHOOK_RATE_LIMIT, 'installation', installationId);
+    // No rate limit before the installation's keys are checked: anyone who knows the URL could
+    // spend a budget shared with Lark. See handle() for the two budgets.
     // Only the statements get the tight budget; the connect timeout stays the service-wide one
     // (measured: at 2 s, 86 of 128 bench events failed to connect on a loaded 2-core machine).
     const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS });
@@ -63,6 +62,11 @@ export const webhook = new Hono<AppEnv>().post(
 /**
  * Round trips before the answer: the installation (1) and, for a user's message, the one
  * statement that records everything (1): see accept.ts.
+ *
+ * Two request budgets per installation (docs/operations.md "Rate limits"), both spent after
+ * the delivery is opened (an HMAC and a decryption): one for deliveries made with the
+ * installation's keys, which only its Lark app can spend, and one for every refused delivery,
+ * so a flood of forged requests meets its own limit and never delays the real events.
  */
 async function handle(
   c: Context<AppEnv>,
@@ -72,13 +76,20 @@ async function handle(
   raw: Uint8Array,
 ) {
   const installation = await loadInstallation(pool, c.var.config.SECRET_KEYS, installationId);
-  if (!installation) throw new AppError('lark_unknown_installation', 'No such Lark installation');
-
-  const delivery = await openDelivery(raw, c.req.raw.headers, installation, receivedAtMs).catch((err) => {
-    if (err instanceof AppError)
+  let delivery: Delivery;
+  try {
+    if (!installation) throw new AppError('lark_unknown_installation', 'No such Lark installation');
+    delivery = await openDelivery(raw, c.req.raw.headers, installation, receivedAtMs);
+  } catch (err) {
+    if (err instanceof AppError) {
+      // Over the refusals' budget the answer is 429 and nothing is logged: a flood of forged
+      // requests writes at most the budget's worth of warnings.
+      await enforceRateLimit(c.env.WEBHOOK_RATE_LIMIT, 'unverified', installationId);
       log.warn('lark_event_rejected', { installationId, code: err.code, requestId: c.var.requestId });
+    }
     throw err;
-  });
+  }
+  await enforceRateLimit(c.env.WEBHOOK_RATE_LIMIT, 'installation', installationId);
   if (delivery.kind === 'challenge') return c.json({ challenge: delivery.challenge });
   if (delivery.kind === 'legacy') return c.json({ ok: true, ignored: 'schema_1.0' });
 

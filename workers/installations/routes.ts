@@ -11,6 +11,7 @@ import {
   deleteInstallation,
   getInstallationRow,
   INSTALLATION_ID,
+  InstallationWorkspaceId,
   insertInstallation,
   publicView,
   rotateInstallation,
@@ -26,7 +27,7 @@ const ApiBase = z
 const Secret = pgText().min(1).max(512);
 
 const Register = z.strictObject({
-  workspace_id: pgText().min(1).max(128),
+  workspace_id: InstallationWorkspaceId,
   app_id: z.string().regex(/^cli_[A-Za-z0-9]+$/, 'a Lark App ID (cli_…)'),
   app_secret: Secret,
   verification_token: Secret,

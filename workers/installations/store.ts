@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { type KeyRing, seal, unseal } from '../crypto/sealed';
+import { pgText } from '../lib/pg-text';
 
 type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
 
@@ -46,6 +47,14 @@ export function publicView(row: InstallationRow) {
 
 /** The shape of an installation id (`li_` + 20 characters today); anything else names none. */
 export const INSTALLATION_ID = /^li_[A-Za-z0-9]{1,40}$/;
+
+/**
+ * An installation's workspace id: the chat platform's own, any text Postgres can store, 1 to
+ * 128 UTF-16 units. Every route that takes one (registration, the typing-reaction admin
+ * listing) validates it with this, so no id that can name a row is refused and none that
+ * cannot reaches a statement.
+ */
+export const InstallationWorkspaceId = pgText().min(1).max(128);
 
 export const boundTo = (id: string, field: 'app_secret' | 'verification_token' | 'encrypt_key') =>
   `lark_installation:${id}:${field}`;

@@ -4,6 +4,7 @@ import type { AppEnv } from '../context';
 import { withTx } from '../db/tx';
 import type { Env } from '../env';
 import { AppError } from '../errors';
+import { InstallationWorkspaceId } from '../installations/store';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
 import { givenUpRow, listGivenUp } from './given-up';
@@ -38,7 +39,6 @@ export interface WorkspaceTypingStatus {
 }
 
 export const RowId = z.string().regex(/^[A-Za-z0-9_-]{1,100}$/, 'a ledger row id');
-const WorkspaceId = z.string().min(1).max(128);
 /** A page: `after` is the previous page's `next` (`<microseconds>.<row id>`). */
 const PageQuery = z.strictObject({
   state: z.enum(['abandoned', 'overdue']).default('abandoned'),
@@ -90,7 +90,7 @@ export const typingAdmin = new Hono<AppEnv>()
   .post('/stop', async (c) => c.json(await typingMaintenance(c.env).stop()))
   // Manual removal (docs/operations.md "Badges the service gave up on").
   .get('/workspaces/:workspaceId/rows', async (c) => {
-    const workspaceId = valid(WorkspaceId, c.req.param('workspaceId'));
+    const workspaceId = valid(InstallationWorkspaceId, c.req.param('workspaceId'));
     const q = valid(PageQuery, c.req.query());
     const page = await withTx(c.var.db(), { budgetMs: 5000, maxAttempts: 1 }, (tx) =>
       listGivenUp(tx, { workspaceId, state: q.state, limit: q.limit, after: q.after }),
