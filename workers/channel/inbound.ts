@@ -1,3 +1,4 @@
+import type { Pool } from '@neondatabase/serverless';
 import { actorHostStub } from '../effects/actor-host-stub';
 import type { Config, Env } from '../env';
 import type { Installation } from '../installations/store';
@@ -24,16 +25,22 @@ export interface RecordedInput {
 /**
  * Runs after the 200, through `executionCtx.waitUntil`, only for a newly recorded input:
  * wakes the conversation's ActorHost (the commit is done, so it sees the input) and lets
- * the ledger send the Typing Add. A lost wake-up is recovered by the minute cron's mailbox
- * polling. Never throws.
+ * the ledger send the Typing Add on the request's own pool (`pool`, still open: the webhook
+ * ends it after this). A lost wake-up is recovered by the minute cron's mailbox polling.
+ * Never throws.
  */
-export async function afterInboundAnswered(env: Env, config: Config, recorded: RecordedInput): Promise<void> {
+export async function afterInboundAnswered(
+  env: Env,
+  config: Config,
+  recorded: RecordedInput,
+  pool?: Pool,
+): Promise<void> {
   const { sessionId } = recorded.typing;
   await Promise.all([
     actorHostStub(env, sessionId)
       .wake(sessionId)
       .catch((err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err })),
     // Never throws: it logs its own failures (`typing_add_error`).
-    afterInputAnswered(config, { input: recorded.typing, registration: recorded.registration }),
+    afterInputAnswered(config, { input: recorded.typing, registration: recorded.registration }, pool),
   ]);
 }

@@ -1,7 +1,7 @@
 import { agentFor } from '../agents';
 import { Deadline } from '../clock';
-import { withDb } from '../db/pool';
-import type { ClaimedEffect, EffectExecutor } from '../effects/registry';
+import { onPool } from '../db/pool';
+import type { ClaimedEffect, EffectExecutor, EffectRunContext } from '../effects/registry';
 import type { Config } from '../env';
 import { loadInstallation } from '../installations/store';
 import { LarkClient } from '../lark/client';
@@ -36,10 +36,10 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
     get timeoutMs() {
       return deps.config().AGENT_TIMEOUT_MS + DELIVERY_BUDGET_MS + 2000;
     },
-    async run(effect: ClaimedEffect, signal: AbortSignal): Promise<ReplyResult> {
+    async run(effect: ClaimedEffect, signal: AbortSignal, ctx?: EffectRunContext): Promise<ReplyResult> {
       const args = effect.args as ReplyArgs;
       const config = deps.config();
-      const installation = await withDb(config, (pool) =>
+      const installation = await onPool(config, ctx?.pool, (pool) =>
         loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
       );
       if (!installation) return { outcome: 'failed', replyMessageId: null, reason: 'installation_gone' };
@@ -93,8 +93,8 @@ export function settledExecutor(deps: ChannelDeps): EffectExecutor {
   return {
     kind: SETTLED_KIND,
     timeoutMs: 15_000,
-    async run(effect: ClaimedEffect) {
-      await afterTurnSettled(deps.config(), effect.args as TurnSettlement);
+    async run(effect: ClaimedEffect, _signal: AbortSignal, ctx?: EffectRunContext) {
+      await afterTurnSettled(deps.config(), effect.args as TurnSettlement, ctx?.pool);
       return { ok: true };
     },
   };

@@ -19,6 +19,13 @@ import { afterInboundAnswered, type InboundMessage, type RecordedInput } from '.
  * so the autocommit statements are bounded without a `begin`/`set local` round trip.
  */
 const WEBHOOK_DB_BUDGET_MS = 1500;
+/**
+ * One connection per event: the answer's two statements run one after the other, and the
+ * Typing Add after the answer rides the same connection (same request, so the same I/O
+ * context) instead of opening its own. Connections, not statements, are what the server
+ * runs out of under load (bench/suites/50-channel.ts counts them per event).
+ */
+const WEBHOOK_POOL_MAX = 1;
 export const WEBHOOK_MAX_BODY_BYTES = 256 * 1024;
 
 /**
@@ -44,11 +51,13 @@ export const webhook = new Hono<AppEnv>().post(
     await enforceRateLimit(c.env.WEBHOOK_RATE_LIMIT, 'installation', installationId);
     // Only the statements get the tight budget; the connect timeout stays the service-wide one
     // (measured: at 2 s, 86 of 128 bench events failed to connect on a loaded 2-core machine).
-    const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS });
+    const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS, max: WEBHOOK_POOL_MAX });
+    const after: Promise<void>[] = [];
     try {
-      return await handle(c, pool, installationId, receivedAtMs, raw);
+      return await handle(c, pool, installationId, receivedAtMs, raw, after);
     } finally {
-      const ending = pool.end();
+      // After the answer the post-answer work (Add) still uses the pool: end it after that.
+      const ending = Promise.all(after).then(() => pool.end());
       try {
         c.executionCtx.waitUntil(ending);
       } catch {
@@ -69,6 +78,7 @@ async function handle(
   installationId: string,
   receivedAtMs: number,
   raw: Uint8Array,
+  after: Promise<void>[],
 ) {
   const installation = await loadInstallation(pool, c.var.config.SECRET_KEYS, installationId);
   if (!installation) throw new AppError('lark_unknown_installation', 'No such Lark installation');
@@ -111,16 +121,17 @@ async function handle(
   }
   const recorded = await acceptInboundMessage(pool, inbound, c.var.config.SECRET_KEYS);
   if (!recorded) return c.json({ ok: true, duplicate: true });
-  runAfterAnswer(c, recorded);
+  after.push(runAfterAnswer(c, recorded, pool));
   return c.json({ ok: true });
 }
 
 function runAfterAnswer(
   c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: ExecutionContext },
   recorded: RecordedInput,
-) {
+  pool: Pool,
+): Promise<void> {
   // Last resort: afterInboundAnswered logs its parts' own failures; anything else lands here.
-  const task = afterInboundAnswered(c.env, c.var.config, recorded).catch((err: unknown) =>
+  const task = afterInboundAnswered(c.env, c.var.config, recorded, pool).catch((err: unknown) =>
     log.error('lark_after_answer_failed', { installationId: recorded.typing.installationId, error: err }),
   );
   try {
@@ -128,4 +139,5 @@ function runAfterAnswer(
   } catch {
     // No execution context (a direct app.request in a unit test): the task still runs.
   }
+  return task;
 }
