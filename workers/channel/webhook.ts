@@ -1,7 +1,9 @@
 import type { Pool } from '@neondatabase/serverless';
 import { type Context, Hono } from 'hono';
+import { Deadline } from '../clock';
 import type { AppEnv } from '../context';
 import { openPool } from '../db/pool';
+import { connectWithin } from '../db/unavailable';
 import { AppError } from '../errors';
 import { INSTALLATION_ID, loadInstallation } from '../installations/store';
 import { recordRejectedEvent } from '../lark/event-receipts';
@@ -26,6 +28,11 @@ const WEBHOOK_DB_BUDGET_MS = 1500;
  * runs out of under load (bench/suites/50-channel.ts counts them per event).
  */
 const WEBHOOK_POOL_MAX = 1;
+/**
+ * How long a refused connection (server at its backend limit) is retried before the answer
+ * is a 503 with Retry-After: inside Lark's 3 s, leaving the statements their own budget.
+ */
+const WEBHOOK_CONNECT_RETRY_MS = 1200;
 export const WEBHOOK_MAX_BODY_BYTES = 256 * 1024;
 
 /**
@@ -54,6 +61,7 @@ export const webhook = new Hono<AppEnv>().post(
     const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS, max: WEBHOOK_POOL_MAX });
     const after: Promise<void>[] = [];
     try {
+      await connectWithin(pool, new Deadline(WEBHOOK_CONNECT_RETRY_MS, c.var.clock));
       return await handle(c, pool, installationId, receivedAtMs, raw, after);
     } finally {
       // After the answer the post-answer work (Add) still uses the pool: end it after that.

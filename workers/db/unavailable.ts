@@ -1,3 +1,5 @@
+import type { Pool } from '@neondatabase/serverless';
+import type { Deadline } from '../clock';
 import { AppError } from '../errors';
 import { sqlState } from './tx';
 
@@ -41,4 +43,25 @@ export function dbUnavailable(): AppError {
     { reason: 'db_unavailable', retryAfterSeconds: DB_UNAVAILABLE_RETRY_AFTER_S },
     { 'retry-after': String(DB_UNAVAILABLE_RETRY_AFTER_S) },
   );
+}
+
+/**
+ * Takes the pool's first connection, retrying a refusal (the server at its backend limit)
+ * with a short backoff while `deadline` allows: under a burst, connections free up within
+ * milliseconds as other requests end, so a refusal is usually a wait, not a failure. Any
+ * other error, or a refusal with no time left, is thrown (and renders as the 503 above).
+ * The connection goes back to the pool idle, where the request's first statement finds it.
+ */
+export async function connectWithin(pool: Pool, deadline: Deadline): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      (await pool.connect()).release();
+      return;
+    } catch (err) {
+      // Full jitter: a burst of refused requests must not come back in step.
+      const backoff = Math.random() * Math.min(400, 25 * 2 ** attempt);
+      if (!isConnectionRefusal(err) || deadline.remaining() <= backoff) throw err;
+      await new Promise((resolve) => setTimeout(resolve, backoff));
+    }
+  }
 }
