@@ -81,11 +81,13 @@ export class ActorHost extends DurableObject<Env> {
   private pumping: Promise<PumpReport> | null = null;
   private again = false;
   /**
-   * The process this incarnation registered. A process id found in storage but not here
-   * belongs to an earlier incarnation (the runtime died mid-pump): it is never heartbeated
-   * again, so its claims turn stale and are recovered; refreshing it would hide the death.
+   * The process this incarnation's pump registered and still holds, in memory only: after a
+   * restart the earlier incarnation's process is never heartbeated again, so its claims turn
+   * stale and are recovered (this host's recovery alarm); refreshing it would hide the death.
    */
   private ownProcessId: string | null = null;
+  /** Mirror of RECOVERY_AT_KEY; undefined until read once in this incarnation. */
+  private recoveryAt: number | null | undefined = undefined;
   private knownInstanceId: string | null = null;
   private readonly alarmClock = new Alarm(this.ctx.storage, this.env);
 
@@ -143,8 +145,8 @@ export class ActorHost extends DurableObject<Env> {
       // (alarms do not overlap, so awaiting it would stop the heartbeat cadence). Only a
       // process this incarnation's pump still holds: one it already released needs no
       // heartbeat, and an earlier incarnation's must go stale.
-      const processId = await this.ctx.storage.get<string>('processId');
-      if (processId && processId === this.ownProcessId)
+      const processId = this.ownProcessId;
+      if (processId)
         await this.withPool((pool) => heartbeat(pool, processId)).catch((err) =>
           log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
         );
@@ -173,17 +175,26 @@ export class ActorHost extends DurableObject<Env> {
     }
   }
 
-  /**
-   * Heartbeats this incarnation's process, or registers a new one: when it was stopped or
-   * pruned, and when the stored one is an earlier incarnation's (left as stale evidence).
-   */
+  /** Heartbeats this incarnation's process, or registers a new one (stopped, pruned, or none yet). */
   private async beat(pool: Pool): Promise<string> {
-    const known = await this.ctx.storage.get<string>('processId');
-    if (known && known === this.ownProcessId && (await heartbeat(pool, known))) return known;
+    const known = this.ownProcessId;
+    if (known && (await heartbeat(pool, known))) return known;
     const id = await registerProcess(pool, 'actor-host');
     this.ownProcessId = id;
-    await this.ctx.storage.put('processId', id);
     return id;
+  }
+
+  private async storedRecoveryAt(): Promise<number | null> {
+    if (this.recoveryAt === undefined)
+      this.recoveryAt = (await this.ctx.storage.get<number>(RECOVERY_AT_KEY)) ?? null;
+    return this.recoveryAt;
+  }
+
+  private async storeRecoveryAt(at: number | null): Promise<void> {
+    if ((await this.storedRecoveryAt()) === at) return;
+    if (at === null) await this.ctx.storage.delete(RECOVERY_AT_KEY);
+    else await this.ctx.storage.put(RECOVERY_AT_KEY, at);
+    this.recoveryAt = at;
   }
 
   /**
@@ -198,7 +209,7 @@ export class ActorHost extends DurableObject<Env> {
     instanceId: string,
     config: EffectRuntimeConfig,
   ): Promise<number | null> {
-    if ((await this.ctx.storage.get<number>(RECOVERY_AT_KEY)) === undefined) return null;
+    if ((await this.storedRecoveryAt()) === null) return null;
     const r = await runRecoveryPass(pool, config, { instanceId, budgetMs: 10_000 });
     return r.retired + r.requeued;
   }
@@ -220,6 +231,24 @@ export class ActorHost extends DurableObject<Env> {
     report.recoveredAt = recovered === null ? null : Date.now();
     report.handled = await drainInstance(pool, effectRegistry, instanceId, config);
     report.checks = (await processRecoveryChecks(pool, instanceId, config)).size;
+    // Most pumps (an input that only moves the debounce timer) have no effect to run: one
+    // indexed read instead of registering, claiming and releasing a process for nothing.
+    if (await this.hasDueEffect(pool, instanceId)) await this.runEffects(pool, instanceId, config, report);
+    report.alarmAt = await this.nextAlarm(pool, instanceId, config, report.recoveredAt);
+    return report;
+  }
+
+  private async hasDueEffect(pool: Pool, instanceId: string): Promise<boolean> {
+    const { rows } = await pool.query<{ due: boolean }>(
+      `select exists (select 1 from effects where origin_instance_id = $1 and status = 'pending'
+                         and run_at_ms <= (select app_now_ms())) as due`,
+      [instanceId],
+    );
+    return rows[0]!.due;
+  }
+
+  /** Claims and runs the instance's due effects as this incarnation's process, then releases it. */
+  private async runEffects(pool: Pool, instanceId: string, config: EffectRuntimeConfig, report: PumpReport) {
     const processId = await this.beat(pool);
     for (;;) {
       // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
@@ -237,12 +266,9 @@ export class ActorHost extends DurableObject<Env> {
     // owns an effect, stops with its heartbeat evidence kept). Rows then track work in
     // flight, not every conversation this service ever hosted; the next pump registers anew.
     await releaseProcess(pool, processId);
-    await this.ctx.storage.delete('processId');
     this.ownProcessId = null;
     // Completions may have sent callbacks (failed/completed) to this very mailbox.
     report.handled += await drainInstance(pool, effectRegistry, instanceId, config);
-    report.alarmAt = await this.nextAlarm(pool, instanceId, config, report.recoveredAt);
-    return report;
   }
 
   /**
@@ -284,8 +310,7 @@ export class ActorHost extends DurableObject<Env> {
             local(Number(row.due)) + RECOVERY_MARGIN_MS,
             recoveredAt === null ? 0 : recoveredAt + PUMP_RETRY_MS,
           );
-    if (recoverAt === null) await this.ctx.storage.delete(RECOVERY_AT_KEY);
-    else await this.ctx.storage.put(RECOVERY_AT_KEY, recoverAt);
+    await this.storeRecoveryAt(recoverAt);
     const candidates = [row.wake, row.next]
       .filter((v): v is string => typeof v === 'string')
       .map((v) => local(Number(v)));

@@ -29,6 +29,11 @@ interface ConnStats {
   startup: boolean;
   /** The connection's first statement, abbreviated: who opened it (answer, Add, actor host...). */
   first: string;
+  /**
+   * Round trips up to and including the one carrying the receipt insert: the answer goes out
+   * after it, and the Typing Add then rides the same connection (its trips come after).
+   */
+  answerTrips: number;
 }
 
 /** Who opened a connection, read from its first statement. */
@@ -45,7 +50,7 @@ async function countingBridge() {
   const conns: ConnStats[] = [];
   const bridge = await startBridge(0, '127.0.0.1', {
     onConnection: () => {
-      const stats: ConnStats = { webhook: false, trips: 0, startup: true, first: '' };
+      const stats: ConnStats = { webhook: false, trips: 0, startup: true, first: '', answerTrips: 0 };
       conns.push(stats);
       let clientBuf = Buffer.alloc(0);
       let clientTyped = false;
@@ -72,8 +77,10 @@ async function countingBridge() {
               .subarray(type === 'P' ? 6 : 5, Math.min(len + 1, 400))
               .toString()
               .replace(/\s+/g, ' ');
-          if ((type === 'P' || type === 'Q') && clientBuf.subarray(5, len + 1).includes(RECEIPT_MARKER))
+          if ((type === 'P' || type === 'Q') && clientBuf.subarray(5, len + 1).includes(RECEIPT_MARKER)) {
             stats.webhook = true;
+            stats.answerTrips = stats.trips + 1;
+          }
           clientBuf = clientBuf.subarray(len + 1);
         }
       };
@@ -224,11 +231,25 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   const maxConnections = Number((await db.query('show max_connections')).rows[0].max_connections);
   let peakProcesses = 0;
   let peakBackends = 0;
+  let peakShape = '';
+  const shape = async () =>
+    (
+      await db.query<{ what: string; n: number }>(
+        `select coalesce(state, '?') || ': ' || left(regexp_replace(query, 's+', ' ', 'g'), 40) as what,
+                count(*)::int as n
+           from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()
+          group by 1 order by 2 desc limit 6`,
+      )
+    ).rows
+      .map((r) => `${r.n} ${r.what}`)
+      .join(' | ');
   let sampling = true;
   const sampler = (async () => {
     while (sampling) {
       peakProcesses = Math.max(peakProcesses, await processRows());
-      peakBackends = Math.max(peakBackends, await backends());
+      const now = await backends();
+      if (now > peakBackends && process.env.BENCH_CHANNEL_SHAPE) peakShape = await shape();
+      peakBackends = Math.max(peakBackends, now);
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
@@ -275,6 +296,8 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
           ? await startCpuProfile(inspectorPort)
           : undefined;
       const hook = await load(n, concurrency, (i) => postEvent(base, installationId, deliveries[i]!));
+      if (peakShape) console.error(`peak backends at ${concurrency} concurrent: ${peakShape}`);
+      peakShape = '';
       if (profiler && profileFile) {
         const summary = await profiler.stop(profileFile);
         console.error(`CPU profile of ${concurrency} concurrent events written to ${profileFile}`);
@@ -282,7 +305,8 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       }
       events += n + 1;
       const hooks = bridge.conns.slice(before).filter((c) => c.webhook);
-      const trips = hooks.reduce((a, c) => a + c.trips, 0);
+      const trips = hooks.reduce((a, c) => a + c.answerTrips, 0);
+      const afterTrips = hooks.reduce((a, c) => a + c.trips - c.answerTrips, 0);
       rows.push({
         suite: 'channel',
         case: `webhook answer, ${concurrency} concurrent (signed+encrypted, one chat each)`,
@@ -290,6 +314,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
         'p50 ms': round(percentile(hook.latencies, 50)),
         'p99 ms': round(percentile(hook.latencies, 99)),
         'db round trips/event': round(trips / Math.max(1, hooks.length)),
+        'same-connection trips after answer/event': round(afterTrips / Math.max(1, hooks.length)),
         'connects/event': round(hooks.length / n),
         failures: hook.failures,
         failed: hook.failed,

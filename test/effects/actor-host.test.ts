@@ -118,9 +118,10 @@ describe('ActorHost', () => {
     const [h] = await emit(pool, inst, [
       { kind: 'test.reply', opts: { recovery: { operation: 'settle-failed' } } },
     ]);
-    // The host's earlier incarnation: it registered a process, claimed the reply, kept the
-    // process id in storage and armed its heartbeat alarm, then the runtime died (no more
-    // beats). The new incarnation has only what storage kept.
+    // The host's earlier incarnation: it registered a process, claimed the reply and armed its
+    // heartbeat alarm, then the runtime died (no more beats). The new incarnation has only
+    // what storage kept (its instance id and the alarm; an older version also kept the
+    // process id there, and re-heartbeated it on restart).
     const dead = await registerProcess(pool, 'actor-host');
     expect((await claimEffects(pool, dead, { limit: 10, instanceId: inst })).map((e) => e.id)).toEqual([
       h!.effectId,

@@ -26,21 +26,28 @@ export interface RecordedInput {
  * Runs after the 200, through `executionCtx.waitUntil`, only for a newly recorded input:
  * wakes the conversation's ActorHost (the commit is done, so it sees the input) and lets
  * the ledger send the Typing Add on the request's own pool (`pool`, still open: the webhook
- * ends it after this). A lost wake-up is recovered by the minute cron's mailbox polling.
- * Never throws.
+ * ends it as soon as `dbDone` settles, without waiting for the wake-up, whose RPC returns
+ * only when the host's pump is done). A lost wake-up is recovered by the minute cron's
+ * mailbox polling. Never throws.
  */
-export async function afterInboundAnswered(
+export function afterInboundAnswered(
   env: Env,
   config: Config,
   recorded: RecordedInput,
   pool?: Pool,
-): Promise<void> {
+): { dbDone: Promise<void>; done: Promise<void> } {
   const { sessionId } = recorded.typing;
-  await Promise.all([
-    actorHostStub(env, sessionId)
-      .wake(sessionId)
-      .catch((err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err })),
-    // Never throws: it logs its own failures (`typing_add_error`).
-    afterInputAnswered(config, { input: recorded.typing, registration: recorded.registration }, pool),
-  ]);
+  const woken = actorHostStub(env, sessionId)
+    .wake(sessionId)
+    .then(
+      () => undefined,
+      (err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err }),
+    );
+  // Never throws: it logs its own failures (`typing_add_error`).
+  const dbDone = afterInputAnswered(
+    config,
+    { input: recorded.typing, registration: recorded.registration },
+    pool,
+  );
+  return { dbDone, done: Promise.all([woken, dbDone]).then(() => undefined) };
 }

@@ -138,8 +138,9 @@ function runAfterAnswer(
   recorded: RecordedInput,
   pool: Pool,
 ): Promise<void> {
+  const { dbDone, done } = afterInboundAnswered(c.env, c.var.config, recorded, pool);
   // Last resort: afterInboundAnswered logs its parts' own failures; anything else lands here.
-  const task = afterInboundAnswered(c.env, c.var.config, recorded, pool).catch((err: unknown) =>
+  const task = done.catch((err: unknown) =>
     log.error('lark_after_answer_failed', { installationId: recorded.typing.installationId, error: err }),
   );
   try {
@@ -147,5 +148,6 @@ function runAfterAnswer(
   } catch {
     // No execution context (a direct app.request in a unit test): the task still runs.
   }
-  return task;
+  // What the pool waits for before it ends: the Add's statements, not the wake-up.
+  return dbDone.catch(() => undefined);
 }
