@@ -5,7 +5,7 @@ import { ZodError } from 'zod';
 import { systemClock } from './clock';
 import type { AppEnv } from './context';
 import { openPool } from './db/pool';
-import { dbUnavailable, isConnectionRefusal } from './db/unavailable';
+import { dbUnavailable, isConnectionRefusal } from './db/refusal';
 import { loadConfig } from './env';
 import { AppError, type ErrorBody } from './errors';
 import { bearerToken } from './lib/bearer';

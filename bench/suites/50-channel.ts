@@ -359,7 +359,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   return rows;
 }
 
-async function setupApp(base: string, adminToken: string, larkUrl: string) {
+export async function setupApp(base: string, adminToken: string, larkUrl: string) {
   const appId = `cli_bench${randomBytes(4).toString('hex')}`;
   const creds = {
     app_id: appId,
@@ -387,7 +387,7 @@ interface Delivery {
   body: string;
 }
 
-async function buildDelivery(larkUrl: string, appId: string, chat: string): Promise<Delivery> {
+export async function buildDelivery(larkUrl: string, appId: string, chat: string): Promise<Delivery> {
   const res = await fetch(`${larkUrl}/__emulator/events`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -400,7 +400,7 @@ async function buildDelivery(larkUrl: string, appId: string, chat: string): Prom
   return ((await res.json()) as { request: Delivery }).request;
 }
 
-async function postEvent(base: string, installationId: string, d: Delivery): Promise<number> {
+export async function postEvent(base: string, installationId: string, d: Delivery): Promise<number> {
   const res = await fetch(`${base}/lark/events/${installationId}`, {
     method: 'POST',
     headers: d.headers,

@@ -3,7 +3,7 @@ import { type Context, Hono } from 'hono';
 import { Deadline } from '../clock';
 import type { AppEnv } from '../context';
 import { openPool } from '../db/pool';
-import { connectWithin } from '../db/unavailable';
+import { connectWithin } from '../db/refusal';
 import { AppError } from '../errors';
 import { INSTALLATION_ID, loadInstallation } from '../installations/store';
 import { recordRejectedEvent } from '../lark/event-receipts';
