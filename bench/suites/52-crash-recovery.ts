@@ -106,24 +106,14 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     await lark.close();
     await bridge.close();
   }
-  const s = (xs: number[]) => xs.map((x) => (x / 1000).toFixed(1)).join(' / ');
-  return [
-    {
-      suite: 'crash-recovery',
-      case: `runtime killed mid-turn, restarted: restart → reply (s, each trial)`,
-      n: trials,
-      'trials s': s(restartToReply),
-      'max s': round(Math.max(...restartToReply) / 1000, 1),
-      'p50 s': round(percentile(restartToReply, 50) / 1000, 1),
-      load: loads.join(' → '),
-    },
-    {
-      suite: 'crash-recovery',
-      case: `runtime killed mid-turn, restarted: kill → reply (s, each trial)`,
-      n: trials,
-      'trials s': s(killToReply),
-      'max s': round(Math.max(...killToReply) / 1000, 1),
-      'p50 s': round(percentile(killToReply, 50) / 1000, 1),
-    },
-  ];
+  const row = (what: string, xs: number[], load?: string): BenchRow => ({
+    suite: 'crash-recovery',
+    case: `runtime killed mid-turn, restarted: ${what} (s, each trial)`,
+    n: trials,
+    'trials s': xs.map((x) => (x / 1000).toFixed(1)).join(' / '),
+    'max s': round(Math.max(...xs) / 1000, 1),
+    'p50 s': round(percentile(xs, 50) / 1000, 1),
+    ...(load ? { load } : {}),
+  });
+  return [row('restart → reply', restartToReply, loads.join(' → ')), row('kill → reply', killToReply)];
 }
