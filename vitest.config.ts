@@ -1,7 +1,7 @@
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
 import { retentionAuxiliaryWorker } from './test/setup/retention-worker';
-import { createFileDatabase, startFileEmulator } from './test/setup/stack';
+import { appDatabaseUrl, createFileDatabase, startFileEmulator } from './test/setup/stack';
 
 export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
 /** The retention cleanup's own credential (enable, stop, rollback), distinct from the admin token. */
@@ -17,7 +17,8 @@ export const TEST_ACTOR_JWT_SECRET = 'test-actor-jwt-secret-0123456789abcdef0123
 export default defineConfig({
   test: {
     globalSetup: ['./test/setup/global-setup.ts'],
-    reporters: ['default', ['json', { outputFile: 'test-results/vitest.json' }]],
+    // .ci/run reads the JSON report; its PgBouncer run names another file (VITEST_JSON).
+    reporters: ['default', ['json', { outputFile: process.env.VITEST_JSON ?? 'test-results/vitest.json' }]],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     projects: [
@@ -26,12 +27,14 @@ export default defineConfig({
           // Called once per test file (each file runs in its own workerd instance): every file
           // gets its own database, copied from the migrated template, and its own Lark emulator.
           cloudflareTest(async ({ inject }) => {
+            const direct = await createFileDatabase(
+              inject('adminUrl'),
+              inject('templateDatabase'),
+              inject('databasePrefix'),
+            );
             const database = {
-              DATABASE_URL: await createFileDatabase(
-                inject('adminUrl'),
-                inject('templateDatabase'),
-                inject('databasePrefix'),
-              ),
+              // Through PgBouncer on a PGBOUNCER=1 run (test/setup/stack.ts).
+              DATABASE_URL: appDatabaseUrl(direct, inject('pgbouncerPort')),
               NEON_WS_PROXY: inject('wsProxy'),
             };
             return {
@@ -40,6 +43,8 @@ export default defineConfig({
               miniflare: {
                 bindings: {
                   ...database,
+                  // The tests' own connections (test/helpers/db.ts): always direct.
+                  TEST_DIRECT_DATABASE_URL: direct,
                   LARK_API_BASE: await startFileEmulator(),
                   ADMIN_TOKEN: TEST_ADMIN_TOKEN,
                   RETENTION_ADMIN_TOKEN: TEST_RETENTION_ADMIN_TOKEN,

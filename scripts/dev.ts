@@ -99,6 +99,9 @@ try {
   // Both Workers find each other through a dev registry of this checkout's own (another
   // checkout's Workers have the same names).
   const registryPath = `${LOCAL_DIR}wrangler-registry`;
+  // Durable Object state: kept under .wrangler/ between runs; DEV_STATE_DIR moves it (the
+  // browser suite starts from a fresh one, so its first maintenance pass runs at once).
+  const stateDir = process.env.DEV_STATE_DIR;
   const database = { DATABASE_URL: databaseUrl, NEON_WS_PROXY: `127.0.0.1:${bridge.port}/v2` };
   const startWorker = (name: string, opts: Parameters<typeof startWranglerDev>[0]) => {
     const dev = startWranglerDev(opts);
@@ -120,7 +123,7 @@ try {
     registryPath,
     // Its own Durable Object state directory: the two workerd processes share no files. Its
     // own inspector port: two wranglers starting together would both pick the first free one.
-    persistTo: `${root}.wrangler/retention-state`,
+    persistTo: stateDir ? `${stateDir}/retention-state` : `${root}.wrangler/retention-state`,
     inspectorPort: await freePort(),
     vars: database,
   });
@@ -131,6 +134,7 @@ try {
     port: ports.service,
     envFile: `${LOCAL_DIR}dev.vars`,
     registryPath,
+    ...(stateDir ? { persistTo: `${stateDir}/state` } : {}),
     vars: {
       ...secrets,
       ...database,
@@ -172,6 +176,7 @@ try {
 
   say('ready');
   say(`  service   ${base}   (GET /healthz, /v1/openapi.json)`);
+  say(`  console   ${base}/console   (operator console: sign in with the admin token below)`);
   say(`  admin     Authorization: Bearer ${secrets.ADMIN_TOKEN}`);
   say(`            retention enable/stop/rollback: Authorization: Bearer ${secrets.RETENTION_ADMIN_TOKEN}`);
   say(

@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { adminStatus } from './admin/status';
 import { webhook as larkWebhook } from './channel/webhook';
+import { consoleApp } from './console/routes';
 import type { AppEnv } from './context';
 import { AppError } from './errors';
 import { health } from './health/routes';
@@ -18,6 +19,7 @@ import { typingAdmin } from './typing-ledger/admin-routes';
  * escapes) or a member list (1,000 ids of 128 bytes); the webhook's 256 KiB covers both.
  */
 export const ADMIN_MAX_BODY_BYTES = 256 * 1024;
+export const CONSOLE_MAX_BODY_BYTES = 16 * 1024;
 
 /** The HTTP surface. Feature folders own their routes; this file only mounts them. */
 export function createApp() {
@@ -26,6 +28,8 @@ export function createApp() {
   app.use('*', releaseUnreadBody());
   app.use('*', init());
   app.use('/admin/*', limitBody(ADMIN_MAX_BODY_BYTES));
+  // Console forms are a few short fields.
+  app.use('/console/*', limitBody(CONSOLE_MAX_BODY_BYTES));
   app.route('/healthz', health);
   app.route('/lark/events', larkWebhook);
   app.route('/v1', reactionApi);
@@ -35,6 +39,7 @@ export function createApp() {
   app.route('/admin/retention', retentionAdmin);
   app.route('/admin/reaction-contract', legacyContractAdmin);
   app.route('/admin', directoryAdmin);
+  app.route('/console', consoleApp);
   app.notFound((c) =>
     renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
   );

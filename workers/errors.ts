@@ -6,6 +6,10 @@ export const ERROR_STATUS = {
   validation_failed: 400,
   unauthorized: 401,
   forbidden: 403,
+  /** The console's CSRF token is missing or not the session's (workers/console/routes.ts). */
+  csrf_invalid: 403,
+  /** A console action was posted without its confirmation. */
+  confirmation_required: 400,
   not_found: 404,
   method_not_allowed: 405,
   conflict: 409,

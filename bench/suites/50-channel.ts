@@ -72,11 +72,14 @@ async function countingBridge() {
           const len = clientBuf.readInt32BE(1);
           if (clientBuf.length < len + 1) return;
           const type = String.fromCharCode(clientBuf[0]!);
-          if ((type === 'P' || type === 'Q') && !stats.first)
-            stats.first = clientBuf
+          if ((type === 'P' || type === 'Q') && !stats.first) {
+            const text = clientBuf
               .subarray(type === 'P' ? 6 : 5, Math.min(len + 1, 400))
               .toString()
               .replace(/\s+/g, ' ');
+            // A one-shot's budget prelude and a transaction's begin say nothing about the caller.
+            if (!/^(select set_config\('statement_timeout'|begin)/.test(text)) stats.first = text;
+          }
           if ((type === 'P' || type === 'Q') && clientBuf.subarray(5, len + 1).includes(RECEIPT_MARKER)) {
             stats.webhook = true;
             stats.answerTrips = stats.trips + 1;
@@ -382,7 +385,7 @@ export async function setupApp(base: string, adminToken: string, larkUrl: string
   return { installationId: installation.id, appId };
 }
 
-interface Delivery {
+export interface Delivery {
   headers: Record<string, string>;
   body: string;
 }

@@ -2,10 +2,19 @@ import { env } from 'cloudflare:workers';
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { openPool } from '../../workers/db/pool';
 
+/**
+ * The test file's database, directly: on a PGBOUNCER=1 run the Worker's DATABASE_URL goes
+ * through PgBouncer, but a test's own connection must be a session (it holds locks across
+ * statements and names its backend pid), which transaction pooling does not give.
+ */
+export function directDatabaseUrl(): string {
+  return (env as { TEST_DIRECT_DATABASE_URL?: string }).TEST_DIRECT_DATABASE_URL ?? env.DATABASE_URL!;
+}
+
 /** A pool on the test database for one test file (tests share one I/O context per file). */
 export function testPool(max = 8): Pool {
   return openPool(
-    { DATABASE_URL: env.DATABASE_URL!, NEON_WS_PROXY: env.NEON_WS_PROXY, DB_STATEMENT_TIMEOUT_MS: 15_000 },
+    { DATABASE_URL: directDatabaseUrl(), NEON_WS_PROXY: env.NEON_WS_PROXY, DB_STATEMENT_TIMEOUT_MS: 15_000 },
     max,
   );
 }

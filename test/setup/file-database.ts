@@ -14,7 +14,14 @@ afterAll(async () => {
     1,
   );
   try {
-    await admin.query(`drop database if exists ${database} with (force)`);
+    // A bare client statement: pool.query runs each statement with its budget in one
+    // implicit transaction (workers/db/one-shot.ts), where DROP DATABASE is refused.
+    const client = await admin.connect();
+    try {
+      await client.query(`drop database if exists ${database} with (force)`);
+    } finally {
+      client.release();
+    }
   } finally {
     await admin.end();
   }

@@ -9,6 +9,10 @@ declare module 'vitest' {
     /** Prefix of every database this run creates. */
     databasePrefix: string;
     wsProxy: string;
+    /** PgBouncer's port when the run goes through it (PGBOUNCER=1), else 0. */
+    pgbouncerPort: number;
+    /** Server connections PgBouncer gives each file database (0 without PgBouncer). */
+    pgbouncerPoolSize: number;
     /** Seed of every randomized test in this run (TEST_SEED to replay one). */
     testSeed: number;
     /** Cases per fuzz route group (FUZZ_RUNS; 0 = the suite's default for `npm test`). */
@@ -31,6 +35,8 @@ export default async function setup(project: TestProject) {
   project.provide('templateDatabase', stack.template);
   project.provide('databasePrefix', stack.prefix);
   project.provide('wsProxy', stack.wsProxy);
+  project.provide('pgbouncerPort', stack.pgbouncerPort);
+  project.provide('pgbouncerPoolSize', stack.pgbouncerPoolSize);
   return async () => {
     await closeFileEmulators();
     await stack.stop();

@@ -6,6 +6,7 @@ import pg from 'pg';
 import { type LarkEmulator, startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';
 import { migrate } from '../../scripts/lib/migrator';
+import { type PgBouncer, startPgBouncer } from '../../scripts/lib/pgbouncer';
 import { adminQuery, usePostgres, withDatabase } from '../../scripts/lib/postgres';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
@@ -16,6 +17,10 @@ const TEST_CLOCK_SQL = fileURLToPath(new URL('./test-clock.sql', import.meta.url
  * one in a temporary directory), a template database with every migration applied, and the
  * WebSocket bridge for the Neon driver. Each test file gets its own copy of the template
  * (`createFileDatabase`), so no file sees another's rows, clock or locks.
+ *
+ * With PGBOUNCER=1 the code under test reaches Postgres through PgBouncer in transaction mode
+ * (scripts/lib/pgbouncer.ts; PGBOUNCER_POOL_SIZE server connections per file database,
+ * default 4), the local stand-in for Neon's pooled endpoint.
  */
 export async function startTestStack() {
   const tempDir = await mkdtemp(join(tmpdir(), 'reaction-ledger-test-'));
@@ -35,13 +40,20 @@ export async function startTestStack() {
   // migration's, so no migrated (production) database has one.
   await adminQuery(withDatabase(server.adminUrl, template), await readFile(TEST_CLOCK_SQL, 'utf8'));
   const bridge = await startBridge();
+  let pgbouncer: PgBouncer | undefined;
+  const pgbouncerPoolSize = Number(process.env.PGBOUNCER_POOL_SIZE ?? 4);
+  if (process.env.PGBOUNCER === '1')
+    pgbouncer = await startPgBouncer(server.adminUrl, { poolSize: pgbouncerPoolSize });
   return {
     adminUrl: server.adminUrl,
     template,
     prefix,
     wsProxy: `127.0.0.1:${bridge.port}/v2`,
+    pgbouncerPort: pgbouncer?.port ?? 0,
+    pgbouncerPoolSize: pgbouncer ? pgbouncerPoolSize : 0,
     async stop() {
       await bridge.close();
+      await pgbouncer?.stop();
       await dropRunDatabases(server.adminUrl, prefix).catch((err: unknown) => {
         // Teardown goes on (the embedded server and its directory go anyway); say what stayed.
         console.error(`test teardown: could not drop databases ${prefix}_*:`, err);
@@ -67,6 +79,19 @@ export async function createFileDatabase(
   const database = `${prefix}_f${fileCount}`;
   await adminQuery(adminUrl, `create database ${database} template ${template}`);
   return withDatabase(adminUrl, database);
+}
+
+/**
+ * The URL the code under test uses for a file database: through PgBouncer when the run has
+ * one (`pgbouncerPort` > 0), else the direct one. Tests' own control connections (locks they
+ * hold, pids they wait on) stay direct: they need a session, which PgBouncer does not give.
+ */
+export function appDatabaseUrl(directUrl: string, pgbouncerPort: number): string {
+  if (!pgbouncerPort) return directUrl;
+  const url = new URL(directUrl);
+  url.hostname = '127.0.0.1';
+  url.port = String(pgbouncerPort);
+  return url.toString();
 }
 
 /** Drops the template and any file database a crashed file left behind. */

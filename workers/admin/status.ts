@@ -8,7 +8,7 @@ import { retentionOwner } from '../retention/routes';
 import { typingMaintenance } from '../typing-ledger/admin-routes';
 
 /** Counts stop here: the status view must stay cheap however large a backlog grows. */
-const COUNT_CAP = 10_000;
+export const COUNT_CAP = 10_000;
 
 /**
  * Backlogs that should stay near zero, each counted through a partial index and capped, so
@@ -22,7 +22,7 @@ const COUNT_CAP = 10_000;
  * processes (one per conversation that had taken a turn) when none had beaten for 35 s. Stale
  * ones are reported apart; recovery decides per effect whether a stale owner matters.
  */
-const BACKLOG_QUERY = `
+export const BACKLOG_QUERY = `
 with now as (select app_now_ms() as ms)
 select
   (select count(*) from (select 1 from effects where status = 'pending' limit $1) s)::int as effects_pending,

@@ -4,6 +4,7 @@ import { onPool } from '../db/pool';
 import type { ClaimedEffect, EffectExecutor, EffectRunContext } from '../effects/registry';
 import type { Config } from '../env';
 import { loadInstallation } from '../installations/store';
+import { durableErrorLog } from '../lark/api-errors';
 import { LarkClient } from '../lark/client';
 import { LarkApiError } from '../lark/errors';
 import { log } from '../log';
@@ -61,7 +62,20 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       );
       const lark = new LarkClient(
         { baseUrl: installation.apiBase, appId: installation.appId, appSecret: installation.appSecret },
-        { fetch: deps.fetch },
+        {
+          fetch: deps.fetch,
+          // The console's last Open API error, only when a call failed: on the host's connection
+          // when the runner gave one, else its own short connection.
+          errorLog: {
+            failed: (route, err) =>
+              onPool(config, ctx?.pool, (pool) =>
+                durableErrorLog(pool, { apiBase: installation.apiBase, appId: installation.appId }).failed(
+                  route,
+                  err,
+                ),
+              ).catch((error: unknown) => log.warn('lark_api_error_record_failed', { route, error })),
+          },
+        },
       );
       try {
         const sent = await lark.replyMessage(

@@ -17,8 +17,9 @@ import { afterInboundAnswered, type InboundMessage, type RecordedInput } from '.
 
 /**
  * Lark allows 3 s for the answer (1 s for the URL check); the database gets half. The
- * webhook's own pool sends it as statement_timeout and lock_timeout in the startup packet,
- * so the autocommit statements are bounded without a `begin`/`set local` round trip.
+ * webhook's own pool gives each one-shot statement that statement_timeout and lock_timeout in
+ * the statement's own round trip (db/one-shot.ts), so the autocommit statements are bounded
+ * without a `begin`/`set local` round trip.
  */
 const WEBHOOK_DB_BUDGET_MS = 1500;
 /**

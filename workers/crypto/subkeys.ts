@@ -11,6 +11,8 @@ export const SUBKEY = {
   sealedSecret: 'sealed-secret/v1',
   /** HMAC-SHA256 of reaction-ticket bearer tokens (workers/reaction-tickets/ticket-token.ts). */
   reactionTicket: 'reaction-ticket/v1',
+  /** HMAC-SHA256 of operator console sessions and their CSRF tokens (workers/console/session.ts). */
+  consoleSession: 'console-session/v1',
 } as const;
 export type SubkeyPurpose = (typeof SUBKEY)[keyof typeof SUBKEY];
 

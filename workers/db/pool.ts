@@ -1,5 +1,7 @@
 import { neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { log } from '../log';
+import { queryWithBudget } from './one-shot';
+import { sqlState } from './tx';
 
 export type { PoolClient };
 
@@ -31,7 +33,11 @@ function configureDriver(wsProxy: string | undefined): void {
 export interface PoolOptions {
   /** Connections in the pool (default 4). */
   max?: number;
-  /** statement_timeout and lock_timeout sent in the startup packet (default DB_STATEMENT_TIMEOUT_MS). */
+  /**
+   * statement_timeout and lock_timeout of every one-shot `pool.query`, set in the statement's
+   * own round trip (one-shot.ts; default DB_STATEMENT_TIMEOUT_MS). Transactions set their own
+   * budget (`withTx`).
+   */
   statementTimeoutMs?: number;
   /**
    * How long to wait for a connection. Defaults from the service-wide DB_STATEMENT_TIMEOUT_MS,
@@ -57,10 +63,10 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
     connectionString: settings.DATABASE_URL,
     max,
     connectionTimeoutMillis: connectTimeoutMs ?? Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
-    // Sent in the startup packet: a ceiling for every statement, even outside withTx.
-    statement_timeout: statementTimeoutMs,
-    lock_timeout: statementTimeoutMs,
-    idle_in_transaction_session_timeout: statementTimeoutMs * 2,
+    // No statement_timeout / lock_timeout / options in the startup packet: Neon's pooled
+    // endpoint (PgBouncer, transaction mode) refuses unknown startup parameters, and a server
+    // connection there serves many clients, so nothing may rest on session state. Budgets go
+    // with each statement instead: `query` below, and `begin; set local ...` in withTx.
   });
   poolStats.opened += 1;
   let ending = false;
@@ -69,6 +75,25 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
   pool.on('error', (err: Error) => {
     if (!ending) log.error('db_pool_error', { error: err });
   });
+  // Every one-shot carries its budget (one-shot.ts). Errors from Postgres leave the connection
+  // usable, so only a transport failure discards it.
+  pool.query = (async (config: string | { text: string; values?: unknown[] }, values?: unknown[]) => {
+    const client = await pool.connect();
+    let broken: Error | undefined;
+    try {
+      return await queryWithBudget(
+        client,
+        { statementMs: statementTimeoutMs, lockMs: statementTimeoutMs },
+        config,
+        values,
+      );
+    } catch (err) {
+      if (!sqlState(err)) broken = err as Error;
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }) as typeof pool.query;
   const end = pool.end.bind(pool);
   pool.end = (async () => {
     if (ending) return;

@@ -128,6 +128,16 @@ export interface ChannelTypingSettlement {
   taskless: boolean;
 }
 
+export interface ConsoleAudit {
+  action: string;
+  at: Generated<Timestamp>;
+  id: Generated<Int8>;
+  operator: string;
+  outcome: string;
+  request_id: string;
+  target: string | null;
+}
+
 export interface EffectProcesses {
   heartbeat_at_ms: Generated<Int8>;
   id: Generated<Int8>;
@@ -173,6 +183,15 @@ export interface Effects {
   result: Json | null;
   run_at_ms: Generated<Int8>;
   status: Generated<string>;
+}
+
+export interface LarkApiErrors {
+  api_base: string;
+  app_id: string;
+  at: Generated<Timestamp>;
+  code: number;
+  http_status: number;
+  route: string;
 }
 
 export interface LarkEventReceipts {
@@ -338,6 +357,26 @@ export interface PrivateWriteContractState {
   opened_at: Generated<Timestamp>;
 }
 
+export interface TypingIncidents {
+  at: Generated<Timestamp>;
+  kind: string;
+  workspace_id: string;
+}
+
+export interface TypingMaintenanceRuns {
+  at: Generated<Timestamp>;
+  budget_ms: number;
+  claimed: number;
+  cleaned: number;
+  deferred: number;
+  duration_ms: number;
+  expired: number;
+  failed_steps: number;
+  id: Generated<Int8>;
+  pruned: number;
+  stopped: boolean;
+}
+
 export interface DB {
   actor_instances: ActorInstances;
   actor_mailbox: ActorMailbox;
@@ -345,10 +384,12 @@ export interface DB {
   channel_turns: ChannelTurns;
   channel_typing_reaction: ChannelTypingReaction;
   channel_typing_settlement: ChannelTypingSettlement;
+  console_audit: ConsoleAudit;
   effect_processes: EffectProcesses;
   effect_recoveries: EffectRecoveries;
   effect_recovery_checks: EffectRecoveryChecks;
   effects: Effects;
+  lark_api_errors: LarkApiErrors;
   lark_event_receipts: LarkEventReceipts;
   lark_inbound_messages: LarkInboundMessages;
   lark_installations: LarkInstallations;
@@ -365,4 +406,6 @@ export interface DB {
   "private.retention_control": PrivateRetentionControl;
   "private.workspaces": PrivateWorkspaces;
   "private.write_contract_state": PrivateWriteContractState;
+  typing_incidents: TypingIncidents;
+  typing_maintenance_runs: TypingMaintenanceRuns;
 }

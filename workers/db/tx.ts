@@ -48,7 +48,7 @@ function ms(n: number): number {
 
 /**
  * Runs `fn` in one transaction on one connection. `begin` and the local timeouts travel in
- * a single round trip. Retries only listed SQLSTATEs, and only while budget remains.
+ * a single round trip (no session state: see db/pool.ts). Retries only listed SQLSTATEs, and only while budget remains.
  */
 export async function withTx<T>(
   pool: Pool,
@@ -63,9 +63,13 @@ export async function withTx<T>(
     try {
       const left = ms(deadline.remaining());
       const lockMs = ms(Math.min(opts.lockTimeoutMs ?? left, left));
+      // Transaction-local only: through Neon's pooled endpoint (PgBouncer, transaction mode)
+      // the server connection serves other clients once this transaction ends. The idle
+      // timeout ends a transaction whose Worker died between statements.
       await client.query(
         `begin isolation level ${opts.isolation ?? 'read committed'}; ` +
-          `set local statement_timeout = ${left}; set local lock_timeout = ${lockMs}`,
+          `set local statement_timeout = ${left}; set local lock_timeout = ${lockMs}; ` +
+          `set local idle_in_transaction_session_timeout = ${ms(left * 2)}`,
       );
       const result = await fn(client);
       await client.query('commit');

@@ -2,11 +2,12 @@ import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { withTx } from '../db/tx';
 import { log } from '../log';
 import { pruneSettledInputs, pruneTerminalTurns } from './channel-history';
+import { pruneConsoleHistory } from './console-history';
 import { pruneIdleConversations } from './conversations';
 import type { HousekeepingSettings } from './settings';
 import { pruneExpiredTickets } from './tickets';
 
-export type StepName = 'tickets' | 'turns' | 'inputs' | 'conversations';
+export type StepName = 'tickets' | 'turns' | 'inputs' | 'conversations' | 'console';
 
 /** Rows deleted per step; null when the step failed (logged, the others still ran). */
 export type HousekeepingReport = Record<StepName, number | null>;
@@ -20,6 +21,8 @@ const STEPS: [StepName, Step][] = [
   ['turns', (tx, s) => pruneTerminalTurns(tx, s.channelHistoryMs, s.batchRows)],
   ['inputs', (tx, s) => pruneSettledInputs(tx, s.channelHistoryMs, s.batchRows)],
   ['conversations', (tx, s) => pruneIdleConversations(tx, s.conversationIdleMs, s.batchRows)],
+  // The console's history and audit (migration 0090): independent of the others.
+  ['console', (tx, s) => pruneConsoleHistory(tx, s.batchRows)],
 ];
 
 /**
@@ -34,7 +37,7 @@ export async function runHousekeeping(
   settings: HousekeepingSettings,
   only?: StepName[],
 ): Promise<HousekeepingReport> {
-  const report: HousekeepingReport = { tickets: 0, turns: 0, inputs: 0, conversations: 0 };
+  const report: HousekeepingReport = { tickets: 0, turns: 0, inputs: 0, conversations: 0, console: 0 };
   for (const [name, step] of STEPS) {
     if (only && !only.includes(name)) continue;
     try {

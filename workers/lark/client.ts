@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { type Clock, type Deadline, systemClock } from '../clock';
 import { registerSecret } from '../log';
 import { isAllowedApiBase } from './api-base';
+import type { ApiErrorLog } from './api-errors';
 import {
   classify,
   LarkApiError,
@@ -60,10 +61,11 @@ export class LarkClient {
   private readonly fetchFn: typeof fetch;
   private readonly clock: Clock;
   private readonly gate: RateGate | undefined;
+  private readonly errors: ApiErrorLog | undefined;
 
   constructor(
     private readonly creds: LarkCredentials,
-    opts: { fetch?: typeof fetch; clock?: Clock; rateGate?: RateGate } = {},
+    opts: { fetch?: typeof fetch; clock?: Clock; rateGate?: RateGate; errorLog?: ApiErrorLog } = {},
   ) {
     this.base = creds.baseUrl.replace(/\/+$/, '');
     // Wherever the app secret came from (installation, snapshot, test), log.ts never prints it.
@@ -71,6 +73,7 @@ export class LarkClient {
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.clock = opts.clock ?? systemClock;
     this.gate = opts.rateGate;
+    this.errors = opts.errorLog;
   }
 
   createReaction(messageId: string, emojiType: string, call: CallOptions): Promise<Reaction> {
@@ -140,7 +143,24 @@ export class LarkClient {
     return parsed.tenant_access_token;
   }
 
+  /**
+   * A call that failed at Lark (or on the way) is told to the error log (lark/api-errors.ts);
+   * not a request held back before sending, nor `already_gone` (the target is gone: for a
+   * delete that is success).
+   */
   private async authed<S extends z.ZodType>(
+    ...args: [api: LarkRoute, method: string, path: string, body: unknown, schema: S, call: CallOptions]
+  ): Promise<z.infer<S>> {
+    try {
+      return await this.authedCall(...args);
+    } catch (err) {
+      if (this.errors && err instanceof LarkApiError && !err.notSent && err.kind !== 'already_gone')
+        await this.errors.failed(args[0], err);
+      throw err;
+    }
+  }
+
+  private async authedCall<S extends z.ZodType>(
     api: LarkRoute,
     method: string,
     path: string,

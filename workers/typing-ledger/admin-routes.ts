@@ -37,7 +37,7 @@ export interface WorkspaceTypingStatus {
   oldest_pending: Date | null;
 }
 
-const RowId = z.string().regex(/^[A-Za-z0-9_-]{1,100}$/, 'a ledger row id');
+export const RowId = z.string().regex(/^[A-Za-z0-9_-]{1,100}$/, 'a ledger row id');
 const WorkspaceId = z.string().min(1).max(128);
 /** A page: `after` is the previous page's `next` (`<microseconds>.<row id>`). */
 const PageQuery = z.strictObject({
@@ -51,7 +51,7 @@ const PageQuery = z.strictObject({
 });
 
 /** Path and query input: 400 `validation_failed` naming the field, never the value. */
-function valid<T extends z.ZodType>(schema: T, raw: unknown): z.output<T> {
+export function valid<T extends z.ZodType>(schema: T, raw: unknown): z.output<T> {
   const parsed = schema.safeParse(raw);
   if (!parsed.success)
     throw new AppError(
@@ -62,7 +62,7 @@ function valid<T extends z.ZodType>(schema: T, raw: unknown): z.output<T> {
   return parsed.data;
 }
 
-const REFUSED = {
+export const REFUSED = {
   unknown_row: ['not_found', 'No such typing-reaction row'],
   cleaned: ['typing_row_cleaned', 'The badge was already confirmed gone'],
   active: [

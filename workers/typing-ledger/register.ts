@@ -62,7 +62,8 @@ export interface RegisterSql {
  * (workspace_id, quota_slot) arbitrates concurrent registrations: a loser waits for the
  * winner's commit and then inserts nothing. The same `do nothing` covers a message
  * registered twice (unique per installation and message). Read the outcome with
- * REGISTER_RESULT_COLUMNS.
+ * REGISTER_RESULT_COLUMNS. A quota skip (no free slot) also appends a `typing_incidents`
+ * row (`quota_skip`) in the same statement (migration 0090: the console's "quota skips, last 24 h").
  */
 export function registerCtes(x: RegisterSql): string {
   const from = x.from ? `, ${x.from}` : '';
@@ -82,6 +83,10 @@ export function registerCtes(x: RegisterSql): string {
   from typing_free${from}
   on conflict do nothing
   returning id
+), typing_quota_skip as (
+  insert into typing_incidents (workspace_id, kind)
+  select ${x.workspaceId}, 'quota_skip' from ${x.from ?? '(select 1) as one'}
+  where ${x.gate} and not exists (select 1 from typing_free)
 )`;
 }
 

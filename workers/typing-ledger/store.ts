@@ -71,12 +71,24 @@ export async function recordAddFailed(q: Q, id: string, state: 'uncertain' | 'no
   );
 }
 
+/**
+ * A failed withdrawal (`error` = `withdraw:…`) counted as a `withdraw_failed` incident for the
+ * console, in the statement that records it (migration 0090): `$error` is the row's new
+ * last_error, `updated` the update's CTE returning workspace_id.
+ */
+export const WITHDRAW_FAILED_INCIDENT = (updated: string, error: string) =>
+  `insert into typing_incidents (workspace_id, kind)
+   select workspace_id, 'withdraw_failed' from ${updated} where ${error} like 'withdraw:%'`;
+
 /** A failed withdrawal is left for the maintenance retry pass (it backs off from here). */
 export async function scheduleRetry(q: Q, id: string, delayMs: number, error: string) {
   await q.query(
-    `update channel_typing_reaction
-     set next_attempt_at = app_now() + $2 * interval '1 millisecond', last_error = $3, updated_at = app_now()
-     where id = $1 and cleaned_at is null and abandoned_at is null`,
+    `with u as (
+       update channel_typing_reaction
+       set next_attempt_at = app_now() + $2 * interval '1 millisecond', last_error = $3, updated_at = app_now()
+       where id = $1 and cleaned_at is null and abandoned_at is null
+       returning workspace_id)
+     ${WITHDRAW_FAILED_INCIDENT('u', '$3::text')}`,
     [id, Math.max(FIRST_RETRY_MS, delayMs), error],
   );
 }
@@ -94,12 +106,15 @@ export async function scheduleWithdrawal(
   error: string,
 ) {
   await q.query(
-    `update channel_typing_reaction
-     set reaction_id = $2,
-         add_state = case when add_state in ('pending', 'uncertain') then 'added' else add_state end,
-         add_finished_at = coalesce(add_finished_at, app_now()),
-         next_attempt_at = app_now() + $3 * interval '1 millisecond', last_error = $4, updated_at = app_now()
-     where id = $1 and cleaned_at is null and abandoned_at is null`,
+    `with u as (
+       update channel_typing_reaction
+       set reaction_id = $2,
+           add_state = case when add_state in ('pending', 'uncertain') then 'added' else add_state end,
+           add_finished_at = coalesce(add_finished_at, app_now()),
+           next_attempt_at = app_now() + $3 * interval '1 millisecond', last_error = $4, updated_at = app_now()
+       where id = $1 and cleaned_at is null and abandoned_at is null
+       returning workspace_id)
+     ${WITHDRAW_FAILED_INCIDENT('u', '$4::text')}`,
     [id, reactionId, Math.max(FIRST_RETRY_MS, delayMs), error],
   );
 }

@@ -46,6 +46,9 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   typing_row_active: 'rejected',
   typing_row_cleaned: 'rejected',
   typing_no_credentials: 'rejected',
+  // The operator console (/console) only.
+  csrf_invalid: 'rejected',
+  confirmation_required: 'rejected',
   unauthorized: 'session',
   rate_limited: 'quota',
   quota_exceeded: 'quota',

@@ -61,16 +61,22 @@ export interface RetryNote {
 /**
  * Failed outcomes of one pass, in one statement. Fenced by the claim count: if another
  * worker claimed the row since, its bookkeeping wins. Only ever pushes next_attempt_at later.
+ * A failed withdrawal (`retry:…`, not a 429 deferral: nothing was sent) is also a
+ * `withdraw_failed` incident for the console (migration 0090).
  */
 export async function noteFailures(q: Q, notes: RetryNote[]): Promise<void> {
   if (notes.length === 0) return;
   await q.query(
-    `with now as materialized (select app_now() as t)
-     update channel_typing_reaction r
-     set last_error = x.error, updated_at = (select t from now),
-         next_attempt_at = greatest(r.next_attempt_at, (select t from now) + x.wait * interval '1 millisecond')
-     from unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) as x(id, attempts, error, wait)
-     where r.id = x.id and r.attempts = x.attempts and r.cleaned_at is null and r.abandoned_at is null`,
+    `with now as materialized (select app_now() as t),
+     u as (
+       update channel_typing_reaction r
+       set last_error = x.error, updated_at = (select t from now),
+           next_attempt_at = greatest(r.next_attempt_at, (select t from now) + x.wait * interval '1 millisecond')
+       from unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) as x(id, attempts, error, wait)
+       where r.id = x.id and r.attempts = x.attempts and r.cleaned_at is null and r.abandoned_at is null
+       returning r.workspace_id, x.error)
+     insert into typing_incidents (workspace_id, kind)
+     select workspace_id, 'withdraw_failed' from u where error like 'retry:%'`,
     [
       notes.map((n) => n.id),
       notes.map((n) => n.attempts),

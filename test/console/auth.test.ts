@@ -1,0 +1,116 @@
+import { env } from 'cloudflare:workers';
+import { describe, expect, it } from 'vitest';
+import { issueSession, readSession, SESSION_TTL_MS } from '../../workers/console/session';
+import { action, page, post, signIn } from './helpers';
+
+const config = () => ({ ADMIN_TOKEN: env.ADMIN_TOKEN!, SECRET_KEYS: JSON.parse(env.SECRET_KEYS!) });
+
+describe('console sign-in', () => {
+  it('shows the sign-in form without a session', async () => {
+    const res = await page();
+    expect(res.status).toBe(200);
+    const html = await res.text();
+    expect(html).toContain('action="/console/login"');
+    expect(html).not.toContain('id="panel-typing"');
+  });
+
+  it('refuses a wrong admin token with 401 and sets no cookie', async () => {
+    const res = await post('/console/login', { operator: 'ops', token: `${env.ADMIN_TOKEN}x` });
+    expect(res.status).toBe(401);
+    expect(res.headers.get('set-cookie')).toBeNull();
+    expect(await res.text()).toContain('data-code="unauthorized"');
+  });
+
+  it('refuses a missing operator with 400', async () => {
+    const res = await post('/console/login', { operator: ' ', token: env.ADMIN_TOKEN! });
+    expect(res.status).toBe(400);
+    expect(res.headers.get('set-cookie')).toBeNull();
+  });
+
+  it('sets an HttpOnly, SameSite=Strict, Secure session cookie on /console', async () => {
+    const res = await post('/console/login', { operator: 'ops', token: env.ADMIN_TOKEN! });
+    expect(res.status).toBe(303);
+    const cookie = res.headers.get('set-cookie')!;
+    expect(cookie).toMatch(/^rl_console=[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43};/);
+    expect(cookie).toMatch(/; HttpOnly/);
+    expect(cookie).toMatch(/; SameSite=Strict/);
+    expect(cookie).toMatch(/; Secure/);
+    expect(cookie).toMatch(/; Path=\/console/);
+    expect(cookie).toMatch(/; Max-Age=1800/);
+    expect(cookie).not.toContain(env.ADMIN_TOKEN!);
+  });
+
+  it('leaves Secure off only for plain-http loopback (npm run dev)', async () => {
+    const res = await post(
+      '/console/login',
+      { operator: 'ops', token: env.ADMIN_TOKEN! },
+      undefined,
+      'http://127.0.0.1:8787',
+    );
+    const cookie = res.headers.get('set-cookie')!;
+    expect(cookie).toMatch(/; HttpOnly/);
+    expect(cookie).not.toMatch(/; Secure/);
+  });
+
+  it('treats a tampered, foreign or expired session as signed out', async () => {
+    const { cookie } = await signIn();
+    const [name, value] = cookie.split('=') as [string, string];
+    const [payload, mac] = value.split('.') as [string, string];
+    const flipped = `${name}=${payload}.${mac.startsWith('A') ? 'B' : 'A'}${mac.slice(1)}`;
+    expect(await (await page(flipped)).text()).toContain('action="/console/login"');
+    const now = Date.now();
+    const issued = await issueSession(config(), 'ops', now);
+    expect(await readSession(config(), issued, now + SESSION_TTL_MS - 1)).not.toBeNull();
+    expect(await readSession(config(), issued, now + SESSION_TTL_MS)).toBeNull();
+    // Rotating the admin token revokes every session signed with the old one.
+    expect(
+      await readSession({ ...config(), ADMIN_TOKEN: `${env.ADMIN_TOKEN}-rotated` }, issued, now),
+    ).toBeNull();
+  });
+
+  it('answers actions without a session with 401', async () => {
+    const res = await post('/console/actions/typing-stop', { csrf: 'x', confirm: 'yes' });
+    expect(res.status).toBe(401);
+    expect(await res.text()).toContain('data-code="unauthorized"');
+  });
+});
+
+describe('console CSRF', () => {
+  it("refuses a missing, wrong or another session's CSRF token with 403 csrf_invalid and runs nothing", async () => {
+    const a = await signIn('a@example.test');
+    const b = await signIn('b@example.test');
+    for (const csrf of [undefined, 'nope', b.csrf]) {
+      const fields: Record<string, string> = { confirm: 'yes' };
+      if (csrf) fields.csrf = csrf;
+      const res = await post('/console/actions/typing-stop', fields, a.cookie);
+      expect(res.status, String(csrf)).toBe(403);
+      expect(await res.text()).toContain('data-code="csrf_invalid"');
+    }
+    // A JSON body carries no form token either.
+    const { exports } = await import('cloudflare:workers');
+    const json = await exports.default.fetch('https://console.test/console/actions/typing-stop', {
+      method: 'POST',
+      headers: { cookie: a.cookie, 'content-type': 'application/json' },
+      body: JSON.stringify({ csrf: a.csrf, confirm: 'yes' }),
+    });
+    expect(json.status).toBe(403);
+    expect(await (await page(a.cookie)).text()).toContain(
+      'data-testid="typing-state"><span class="badge ok">enabled',
+    );
+  });
+
+  it('refuses sign-out without the CSRF token', async () => {
+    const a = await signIn();
+    const res = await post('/console/logout', {}, a.cookie);
+    expect(res.status).toBe(403);
+  });
+
+  it('refuses an unconfirmed action with 400 and an unknown one with 404', async () => {
+    const a = await signIn();
+    const unconfirmed = await post('/console/actions/typing-stop', { csrf: a.csrf }, a.cookie);
+    expect(unconfirmed.status).toBe(400);
+    expect(await unconfirmed.text()).toContain('data-code="confirmation_required"');
+    const unknown = await action(a, 'toString');
+    expect(unknown.status).toBe(404);
+  });
+});

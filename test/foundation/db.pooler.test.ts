@@ -1,0 +1,163 @@
+import { env } from 'cloudflare:workers';
+import { Client } from '@neondatabase/serverless';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { openPool } from '../../workers/db/pool';
+import { withTx } from '../../workers/db/tx';
+import { testPool } from '../helpers/db';
+import { opId, put, seedWorld, ticketFor } from '../reaction-tickets/helpers';
+
+/**
+ * Statement budgets without session state: what Neon's pooled endpoint (PgBouncer in
+ * transaction mode) requires. On a PGBOUNCER=1 run (.ci/run) `env.DATABASE_URL` goes through
+ * PgBouncer with 4 server connections for this file's database; otherwise it is direct, and
+ * the same budgets must hold there too.
+ */
+const viaPgBouncer = inject('pgbouncerPort') > 0;
+const control = testPool();
+/** A pool on the Worker's own URL, as production code opens it. */
+function appPool(statementTimeoutMs: number, max = 4) {
+  return openPool(
+    { DATABASE_URL: env.DATABASE_URL!, NEON_WS_PROXY: env.NEON_WS_PROXY, DB_STATEMENT_TIMEOUT_MS: 15_000 },
+    { max, statementTimeoutMs },
+  );
+}
+
+beforeAll(async () => {
+  await control.query('create table pooler_rows (id int primary key)');
+});
+afterAll(() => control.end());
+
+describe('statement budgets through a transaction pooler', () => {
+  it('a one-shot pool.query runs under its pool budget: a longer statement fails with 57014', async () => {
+    const pool = appPool(200);
+    try {
+      const err = await pool.query('select pg_sleep(3)').then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toMatchObject({ code: '57014' });
+      // The connection is still good: the budget ended with the statement.
+      expect((await pool.query<{ n: number }>('select $1::int as n', [7])).rows).toEqual([{ n: 7 }]);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('a one-shot waits for a lock no longer than its budget (55P03 or 57014)', async () => {
+    const locker = await control.connect();
+    const pool = appPool(300);
+    try {
+      await locker.query('begin; lock table pooler_rows in exclusive mode');
+      const insert = pool.query('insert into pooler_rows values (1)').then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      // Either timer may end the wait (both are the pool's budget); without a budget the
+      // insert would wait for the rollback below, after it.
+      expect(['55P03', '57014']).toContain(((await insert) as { code?: string } | undefined)?.code);
+    } finally {
+      await locker.query('rollback');
+      locker.release();
+      await pool.end();
+    }
+    expect((await control.query('select 1 from pooler_rows')).rows).toHaveLength(0);
+  });
+
+  it('withTx runs every statement under its budget: a longer one fails with 57014', async () => {
+    const pool = appPool(15_000);
+    try {
+      const err = await withTx(pool, { budgetMs: 200 }, (c) => c.query('select pg_sleep(3)')).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toMatchObject({ code: '57014' });
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('withTx bounds an abandoned transaction: idle_in_transaction_session_timeout is set for it', async () => {
+    const pool = appPool(15_000);
+    try {
+      const idle = await withTx(pool, { budgetMs: 400 }, async (c) => {
+        const { rows } = await c.query<{ ms: number }>(
+          `select extract(epoch from current_setting('idle_in_transaction_session_timeout')::interval) * 1000 as ms`,
+        );
+        return Number(rows[0]!.ms);
+      });
+      // Twice what was left of the budget at begin: never 0 (no limit), never above 800 ms.
+      expect(idle).toBeGreaterThan(0);
+      expect(idle).toBeLessThanOrEqual(800);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('no budget outlives its statement or transaction: the server connection keeps the server default', async () => {
+    // One connection: directly, every step below runs on the same backend.
+    const pool = appPool(250, 1);
+    try {
+      await pool.query('select 1');
+      await withTx(pool, { budgetMs: 300, lockTimeoutMs: 100 }, (c) => c.query('select 1'));
+      const client = await pool.connect();
+      try {
+        // A bare statement on the client (no wrapper, no transaction): what is left behind.
+        const { rows } = await client.query<{ s: string; l: string; i: string }>(
+          `select current_setting('statement_timeout') as s, current_setting('lock_timeout') as l,
+                  current_setting('idle_in_transaction_session_timeout') as i`,
+        );
+        // The same on a fresh direct session: the server's own defaults.
+        const fresh = await control.connect();
+        const { rows: server } = await fresh
+          .query<{ s: string; l: string; i: string }>(
+            `select current_setting('statement_timeout') as s, current_setting('lock_timeout') as l,
+                    current_setting('idle_in_transaction_session_timeout') as i`,
+          )
+          .finally(() => fresh.release());
+        expect(rows[0]).toEqual(server[0]);
+        expect(rows[0]!.s).not.toBe('250ms');
+      } finally {
+        client.release();
+      }
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it.runIf(viaPgBouncer)(
+    'the pooler refuses startup parameters (as Neon does), and the pools send none',
+    async () => {
+      const client = new Client({ connectionString: env.DATABASE_URL!, statement_timeout: 1000 });
+      client.on('error', () => undefined);
+      await expect(client.connect()).rejects.toThrow(/unsupported startup parameter/);
+      await client.end().catch(() => undefined);
+      const pool = appPool(1000);
+      try {
+        expect((await pool.query('select 1 as one')).rows).toEqual([{ one: 1 }]);
+      } finally {
+        await pool.end();
+      }
+    },
+  );
+
+  it('32 concurrent ticket writes through the pooler all succeed (4 server connections on a PGBOUNCER=1 run)', async () => {
+    const n = 32;
+    const w = await seedWorld(n, n);
+    const intents = w.actors.map((_, i) => ({
+      messageId: w.messages[i]!,
+      emoji: '🚦',
+      desired: 'present' as const,
+    }));
+    const ops = w.actors.map(() => opId());
+    const tickets = await Promise.all(w.actors.map((_, i) => ticketFor(w.tokens[i]!, ops[i]!, intents[i]!)));
+    const replies = await Promise.all(
+      w.actors.map((_, i) => put(w.tokens[i]!, ops[i]!, tickets[i]!, intents[i]!)),
+    );
+    expect(replies.map((r) => r.status)).toEqual(Array(n).fill(200));
+    const { rows } = await control.query<{ n: number }>(
+      'select count(*)::int as n from private.chat_reaction_operations where operation_id = any($1)',
+      [ops],
+    );
+    expect(rows[0]!.n).toBe(n);
+  });
+});
