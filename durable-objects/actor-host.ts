@@ -4,7 +4,7 @@ import { openPool } from '../workers/db/pool';
 import { effectConfigFrom, heartbeatEveryMs } from '../workers/effects/host-config';
 import { loadInstance } from '../workers/effects/mailbox';
 import { heartbeat, registerProcess, releaseProcess } from '../workers/effects/processes';
-import { processRecoveryChecks } from '../workers/effects/recovery';
+import { processRecoveryChecks, RECOVERY_DUE_SQL, runRecoveryPass } from '../workers/effects/recovery';
 import { effectRegistry } from '../workers/effects/registry';
 import { drainInstance, runClaimedEffects } from '../workers/effects/runner';
 import type { EffectRuntimeConfig } from '../workers/effects/types';
@@ -18,9 +18,24 @@ export interface PumpReport {
   claimed: number;
   completed: number;
   failed: number;
+  /** Stale claims of this instance recovered (retired, requeued or dead) by its own pass. */
+  recovered: number;
+  /** When this pump ran the instance's own recovery pass (isolate ms), else null. */
+  recoveredAt: number | null;
   /** Next alarm (epoch ms) or null: a due timer, or the next heartbeat while holding claims. */
   alarmAt: number | null;
 }
+
+const emptyReport = (): PumpReport => ({
+  handled: 0,
+  checks: 0,
+  claimed: 0,
+  completed: 0,
+  failed: 0,
+  recovered: 0,
+  recoveredAt: null,
+  alarmAt: null,
+});
 
 const EFFECT_BATCH = 20;
 /**
@@ -29,47 +44,84 @@ const EFFECT_BATCH = 20;
  * counts one delivery attempt per retry and is dead after `mailboxMaxAttempts`.
  */
 export const PUMP_RETRY_MS = 5000;
+/**
+ * Pumps one wake may run on its one connection when the last left work due at once (a
+ * callback's follow-up effect, a concurrent wake): more goes to the alarm, so a host whose
+ * work keeps coming due cannot hold its connection forever.
+ */
+const MAX_PUMPS_PER_WAKE = 4;
+/**
+ * Past the moment a claim turns stale, by database time: the candidate test is strict
+ * (`heartbeat < now - timeout`), and the isolate's clock only approximates the database's.
+ */
+const RECOVERY_MARGIN_MS = 250;
+/**
+ * Storage key, present while a claim of this instance is held by another (or a dead)
+ * process: when its recovery is due (isolate epoch ms, for the alarm).
+ */
+const RECOVERY_AT_KEY = 'recoveryAt';
 
 /**
  * One per actor instance. `wake()` after every commit that gives the instance work: it
  * drains the mailbox into the actor's handler (one fenced commit per message), answers
  * open recovery checks, then claims and runs the instance's effects as a registered
  * process. While effects are in flight the alarm heartbeats that process; otherwise the
- * alarm is the actor's timer. Every fact lives in Postgres: an evicted host loses nothing,
- * and the minute cron's pass recovers what a dead host held.
+ * alarm is the actor's timer, or the moment a claim of this instance held by a process that
+ * stopped heartbeating turns stale: the host then recovers it itself (the same per-candidate
+ * decision as the minute cron's pass, under the same locks), so a reply whose runtime died
+ * mid-turn is recovered at the staleness floor rather than at the next cron. Every fact lives
+ * in Postgres: an evicted host loses nothing, and the minute cron's pass still recovers what a
+ * dead host held if its alarm is lost.
+ *
+ * Connections: one per wake. Everything a wake does (drain, checks, claims, the executors'
+ * own statements, follow-up pumps) runs on one pool of one connection, opened in the wake's
+ * I/O context and ended with it; an idle host holds none.
  */
 export class ActorHost extends DurableObject<Env> {
   private pumping: Promise<PumpReport> | null = null;
   private again = false;
+  /**
+   * The process this incarnation's pump registered and still holds, in memory only: after a
+   * restart the earlier incarnation's process is never heartbeated again, so its claims turn
+   * stale and are recovered (this host's recovery alarm); refreshing it would hide the death.
+   */
+  private ownProcessId: string | null = null;
+  /** Mirror of RECOVERY_AT_KEY; undefined until read once in this incarnation. */
+  private recoveryAt: number | null | undefined = undefined;
+  private knownInstanceId: string | null = null;
   private readonly alarmClock = new Alarm(this.ctx.storage, this.env);
 
   /** RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump. */
   async wake(instanceId: string): Promise<PumpReport> {
-    await this.ctx.storage.put('instanceId', instanceId);
+    if (this.knownInstanceId !== instanceId) {
+      await this.ctx.storage.put('instanceId', instanceId);
+      this.knownInstanceId = instanceId;
+    }
     if (this.pumping) {
       this.again = true;
       return this.pumping;
     }
     this.pumping = (async () => {
       try {
-        const total: PumpReport = {
-          handled: 0,
-          checks: 0,
-          claimed: 0,
-          completed: 0,
-          failed: 0,
-          alarmAt: null,
-        };
-        do {
-          this.again = false;
-          const r = await this.pump(instanceId);
-          total.handled += r.handled;
-          total.checks += r.checks;
-          total.claimed += r.claimed;
-          total.completed += r.completed;
-          total.failed += r.failed;
-          total.alarmAt = r.alarmAt;
-        } while (this.again);
+        const total = emptyReport();
+        await this.withPool(async (pool) => {
+          let pumps = 0;
+          do {
+            this.again = false;
+            const r = await this.pump(pool, instanceId);
+            pumps++;
+            total.handled += r.handled;
+            total.checks += r.checks;
+            total.claimed += r.claimed;
+            total.completed += r.completed;
+            total.failed += r.failed;
+            total.recovered += r.recovered;
+            total.alarmAt = r.alarmAt;
+            // Work already due (a completion's callback emitted a follow-up effect): run it on
+            // this connection now rather than through an alarm and a new one.
+            if (r.alarmAt !== null && r.alarmAt <= Date.now()) this.again = true;
+          } while (this.again && pumps < MAX_PUMPS_PER_WAKE);
+        });
         return total;
       } catch (err) {
         await this.alarmClock
@@ -91,8 +143,9 @@ export class ActorHost extends DurableObject<Env> {
     if (this.pumping) {
       // Effects may be in flight: heartbeat and come back, without waiting for the pump
       // (alarms do not overlap, so awaiting it would stop the heartbeat cadence). Only a
-      // process the pump still holds: one it already released needs no heartbeat.
-      const processId = await this.ctx.storage.get<string>('processId');
+      // process this incarnation's pump still holds: one it already released needs no
+      // heartbeat, and an earlier incarnation's must go stale.
+      const processId = this.ownProcessId;
       if (processId)
         await this.withPool((pool) => heartbeat(pool, processId)).catch((err) =>
           log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
@@ -114,7 +167,7 @@ export class ActorHost extends DurableObject<Env> {
   }
 
   private async withPool<T>(fn: (pool: Pool) => Promise<T>): Promise<T> {
-    const pool = openPool(loadConfig(this.env), 4);
+    const pool = openPool(loadConfig(this.env), 1);
     try {
       return await fn(pool);
     } finally {
@@ -122,75 +175,151 @@ export class ActorHost extends DurableObject<Env> {
     }
   }
 
-  /** Heartbeats the host's process, registering a new one if it was stopped or pruned. */
+  /** Heartbeats this incarnation's process, or registers a new one (stopped, pruned, or none yet). */
   private async beat(pool: Pool): Promise<string> {
-    const known = await this.ctx.storage.get<string>('processId');
+    const known = this.ownProcessId;
     if (known && (await heartbeat(pool, known))) return known;
     const id = await registerProcess(pool, 'actor-host');
-    await this.ctx.storage.put('processId', id);
+    this.ownProcessId = id;
     return id;
   }
 
-  private async pump(instanceId: string): Promise<PumpReport> {
-    const config = this.config();
-    return this.withPool(async (pool) => {
-      const inst = await loadInstance(pool, instanceId);
-      if (inst && !effectRegistry.actor(inst.actor_type)) {
-        // No code here can run this instance: a retry alarm would fail every few seconds
-        // forever. Log, go quiet; the minute poll skips such instances too (one log a pass).
-        log.error('actor_host_unregistered_type', { instanceId, actorType: inst.actor_type });
-        await this.alarmClock.delete();
-        return { handled: 0, checks: 0, claimed: 0, completed: 0, failed: 0, alarmAt: null };
-      }
-      const handled = await drainInstance(pool, effectRegistry, instanceId, config);
-      const checks = (await processRecoveryChecks(pool, instanceId, config)).size;
-      const processId = await this.beat(pool);
-      const report = { handled, checks, claimed: 0, completed: 0, failed: 0, alarmAt: null as number | null };
-      for (;;) {
-        // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
-        await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config));
-        const r = await runClaimedEffects(pool, effectRegistry, processId, {
-          limit: EFFECT_BATCH,
-          instanceId,
-        });
-        report.claimed += r.claimed;
-        report.completed += r.completed;
-        report.failed += r.failed;
-        if (r.claimed < EFFECT_BATCH) break;
-      }
-      // Done with its claims: the process row goes (or, if a write-back failed and it still
-      // owns an effect, stops with its heartbeat evidence kept). Rows then track work in
-      // flight, not every conversation this service ever hosted; the next pump registers anew.
-      await releaseProcess(pool, processId);
-      await this.ctx.storage.delete('processId');
-      // Completions may have sent callbacks (failed/completed) to this very mailbox.
-      report.handled += await drainInstance(pool, effectRegistry, instanceId, config);
-      report.alarmAt = await this.nextAlarm(pool, instanceId);
-      return report;
-    });
+  private async storedRecoveryAt(): Promise<number | null> {
+    if (this.recoveryAt === undefined)
+      this.recoveryAt = (await this.ctx.storage.get<number>(RECOVERY_AT_KEY)) ?? null;
+    return this.recoveryAt;
   }
 
-  /** The actor's timer, a delayed message, or a pending effect's (retry) run time: the earliest. */
-  private async nextAlarm(pool: Pool, instanceId: string): Promise<number | null> {
+  private async storeRecoveryAt(at: number | null): Promise<void> {
+    if ((await this.storedRecoveryAt()) === at) return;
+    if (at === null) await this.ctx.storage.delete(RECOVERY_AT_KEY);
+    else await this.ctx.storage.put(RECOVERY_AT_KEY, at);
+    this.recoveryAt = at;
+  }
+
+  /**
+   * This instance's own recovery pass, while the last pump saw a claim of this instance held
+   * by another (or a dead) process. Due-ness is the database's: the pass takes only
+   * candidates whose owner is missing or silent past the effective timeout by database time,
+   * and re-decides each under the spec's locks with the locked heartbeat (an owner that
+   * came back is deferred, never taken), so running it early is safe and merely finds none.
+   */
+  private async recoverOwn(
+    pool: Pool,
+    instanceId: string,
+    config: EffectRuntimeConfig,
+  ): Promise<number | null> {
+    if ((await this.storedRecoveryAt()) === null) return null;
+    const r = await runRecoveryPass(pool, config, { instanceId, budgetMs: 10_000 });
+    return r.retired + r.requeued;
+  }
+
+  private async pump(pool: Pool, instanceId: string): Promise<PumpReport> {
+    const config = this.config();
     const inst = await loadInstance(pool, instanceId);
-    const { rows } = await pool.query<{ now: string; next: string | null }>(
+    if (inst && !effectRegistry.actor(inst.actor_type)) {
+      // No code here can run this instance: a retry alarm would fail every few seconds
+      // forever. Log, go quiet; the minute poll skips such instances too (one log a pass).
+      log.error('actor_host_unregistered_type', { instanceId, actorType: inst.actor_type });
+      await this.alarmClock.delete();
+      return emptyReport();
+    }
+    const report = emptyReport();
+    // Before the drain: a retirement's recovery message is then delivered in this same pump.
+    const recovered = await this.recoverOwn(pool, instanceId, config);
+    report.recovered = recovered ?? 0;
+    report.recoveredAt = recovered === null ? null : Date.now();
+    report.handled = await drainInstance(pool, effectRegistry, instanceId, config);
+    report.checks = (await processRecoveryChecks(pool, instanceId, config)).size;
+    // Most pumps (an input that only moves the debounce timer) have no effect to run: one
+    // indexed read instead of registering, claiming and releasing a process for nothing.
+    if (await this.hasDueEffect(pool, instanceId)) await this.runEffects(pool, instanceId, config, report);
+    report.alarmAt = await this.nextAlarm(pool, instanceId, config, report.recoveredAt);
+    return report;
+  }
+
+  private async hasDueEffect(pool: Pool, instanceId: string): Promise<boolean> {
+    const { rows } = await pool.query<{ due: boolean }>(
+      `select exists (select 1 from effects where origin_instance_id = $1 and status = 'pending'
+                         and run_at_ms <= (select app_now_ms())) as due`,
+      [instanceId],
+    );
+    return rows[0]!.due;
+  }
+
+  /** Claims and runs the instance's due effects as this incarnation's process, then releases it. */
+  private async runEffects(pool: Pool, instanceId: string, config: EffectRuntimeConfig, report: PumpReport) {
+    const processId = await this.beat(pool);
+    for (;;) {
+      // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
+      await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config));
+      const r = await runClaimedEffects(pool, effectRegistry, processId, {
+        limit: EFFECT_BATCH,
+        instanceId,
+      });
+      report.claimed += r.claimed;
+      report.completed += r.completed;
+      report.failed += r.failed;
+      if (r.claimed < EFFECT_BATCH) break;
+    }
+    // Done with its claims: the process row goes (or, if a write-back failed and it still
+    // owns an effect, stops with its heartbeat evidence kept). Rows then track work in
+    // flight, not every conversation this service ever hosted; the next pump registers anew.
+    await releaseProcess(pool, processId);
+    this.ownProcessId = null;
+    // Completions may have sent callbacks (failed/completed) to this very mailbox.
+    report.handled += await drainInstance(pool, effectRegistry, instanceId, config);
+  }
+
+  /**
+   * The earliest of: the actor's timer, a delayed message, a pending effect's (retry) run
+   * time, and the moment a claim of this instance held by another (or an earlier, dead)
+   * process turns stale, which also records that this host's own recovery pass is due then.
+   */
+  private async nextAlarm(
+    pool: Pool,
+    instanceId: string,
+    config: EffectRuntimeConfig,
+    recoveredAt: number | null,
+  ): Promise<number | null> {
+    const { rows } = await pool.query<{
+      now: string;
+      wake: string | null;
+      next: string | null;
+      due: string | null;
+    }>(
       `select app_now_ms() as now,
+              (select wake_at_ms from actor_instances where id = $1) as wake,
               least((select min(available_at_ms) from actor_mailbox
                       where instance_id = $1 and state = 'pending'),
                     (select min(run_at_ms) from effects
-                      where origin_instance_id = $1 and status = 'pending')) as next`,
-      [instanceId],
+                      where origin_instance_id = $1 and status = 'pending')) as next,
+              (${RECOVERY_DUE_SQL}) as due`,
+      [instanceId, config.staleAfterMs],
     );
-    const dbNow = Number(rows[0]!.now);
-    const candidates = [inst?.wake_at_ms, rows[0]!.next]
+    const row = rows[0]!;
+    const dbNow = Number(row.now);
+    // Database time decides due-ness; translate to this isolate's clock for the alarm.
+    const local = (dbMs: number) => Date.now() + Math.max(0, dbMs - dbNow);
+    // A pass that just ran and left a claim still due (a decision failed, or the owner's
+    // row is locked) is retried after PUMP_RETRY_MS, never in a tight loop.
+    const recoverAt =
+      row.due === null
+        ? null
+        : Math.max(
+            local(Number(row.due)) + RECOVERY_MARGIN_MS,
+            recoveredAt === null ? 0 : recoveredAt + PUMP_RETRY_MS,
+          );
+    await this.storeRecoveryAt(recoverAt);
+    const candidates = [row.wake, row.next]
       .filter((v): v is string => typeof v === 'string')
-      .map(Number);
+      .map((v) => local(Number(v)));
+    if (recoverAt !== null) candidates.push(recoverAt);
     if (candidates.length === 0) {
       await this.alarmClock.delete();
       return null;
     }
-    // Database time decides due-ness; translate to this isolate's clock for the alarm.
-    const at = Date.now() + Math.max(0, Math.min(...candidates) - dbNow);
+    const at = Math.min(...candidates);
     await this.alarmClock.set(at);
     return at;
   }

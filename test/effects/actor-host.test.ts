@@ -1,4 +1,4 @@
-import { runDurableObjectAlarm } from 'cloudflare:test';
+import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
@@ -109,6 +109,59 @@ describe('ActorHost', () => {
       [inst, `effect:${h!.effectId}:recovery`],
     );
     expect(rows).toEqual([{ state: 'delivered' }]);
+  });
+
+  it('after the runtime dies mid-turn, the restarted host recovers its claim from its own alarm at the staleness floor, with no cron', async () => {
+    const floorMs = Number(env.EFFECT_STALE_AFTER_MS ?? 30_000);
+    const silentMs = 10_000;
+    const inst = await ensureInstance(pool, 'debounce-test', uid('c'));
+    const [h] = await emit(pool, inst, [
+      { kind: 'test.reply', opts: { recovery: { operation: 'settle-failed' } } },
+    ]);
+    // The host's earlier incarnation: it registered a process, claimed the reply and armed its
+    // heartbeat alarm, then the runtime died (no more beats). The new incarnation has only
+    // what storage kept (its instance id and the alarm; an older version also kept the
+    // process id there, and re-heartbeated it on restart).
+    const dead = await registerProcess(pool, 'actor-host');
+    expect((await claimEffects(pool, dead, { limit: 10, instanceId: inst })).map((e) => e.id)).toEqual([
+      h!.effectId,
+    ]);
+    await ageHeartbeat(pool, dead, silentMs);
+    const host = actorHostStub(env, inst);
+    await runInDurableObject(host, async (_o, state) => {
+      await state.storage.put({ instanceId: inst, processId: dead, 'alarm:planned': Date.now() });
+      await state.storage.setAlarm(Date.now() + 86_400_000);
+    });
+    const heartbeatOf = async () =>
+      Number(
+        (await pool.query('select heartbeat_at_ms from effect_processes where id = $1', [dead])).rows[0]
+          .heartbeat_at_ms,
+      );
+    const evidence = await heartbeatOf();
+    // The restarted runtime fires the stored alarm: the pump must leave the dead process's
+    // heartbeat alone (it is the evidence) and arm the alarm for when it turns stale.
+    const armedAt = Date.now();
+    expect(await runDurableObjectAlarm(host)).toBe(true);
+    expect(await heartbeatOf()).toBe(evidence);
+    const planned = await runInDurableObject(host, (_o, state) => state.storage.get<number>('alarm:planned'));
+    expect(planned, 'no recovery alarm armed').toBeDefined();
+    // Due when the silence reaches the floor (plus a 250 ms margin), never the next minute.
+    expect(planned! - armedAt).toBeGreaterThanOrEqual(floorMs - silentMs);
+    expect(planned! - Date.now()).toBeLessThanOrEqual(floorMs - silentMs + 1000);
+    expect((await stateOf(inst))?.recovered ?? 0).toBe(0);
+    // Database time reaches the floor; the alarm fires: one pass of this instance retires the
+    // reply and the same pump delivers the recovery message. No cron ran.
+    await advanceDbClock(pool, floorMs - silentMs + 300);
+    expect(await runDurableObjectAlarm(host)).toBe(true);
+    expect((await stateOf(inst)).recovered).toBe(1);
+    const { rows } = await pool.query<{ state: string }>(
+      'select state from actor_mailbox where instance_id = $1 and message_key = $2',
+      [inst, `effect:${h!.effectId}:recovery`],
+    );
+    expect(rows).toEqual([{ state: 'delivered' }]);
+    // Nothing of the instance is in flight any more: no recovery alarm stays armed for it.
+    const left = await runInDurableObject(host, (_o, state) => state.storage.get<number>('recoveryAt'));
+    expect(left).toBeUndefined();
   });
 
   it('mailbox polling on the minute cron delivers a message whose wake-up was lost', async () => {

@@ -1,3 +1,4 @@
+import type { Pool } from '@neondatabase/serverless';
 import { actorHostStub } from '../effects/actor-host-stub';
 import type { Config, Env } from '../env';
 import type { Installation } from '../installations/store';
@@ -24,16 +25,29 @@ export interface RecordedInput {
 /**
  * Runs after the 200, through `executionCtx.waitUntil`, only for a newly recorded input:
  * wakes the conversation's ActorHost (the commit is done, so it sees the input) and lets
- * the ledger send the Typing Add. A lost wake-up is recovered by the minute cron's mailbox
- * polling. Never throws.
+ * the ledger send the Typing Add on the request's own pool (`pool`, still open: the webhook
+ * ends it as soon as `dbDone` settles, without waiting for the wake-up, whose RPC returns
+ * only when the host's pump is done). A lost wake-up is recovered by the minute cron's
+ * mailbox polling. Never throws.
  */
-export async function afterInboundAnswered(env: Env, config: Config, recorded: RecordedInput): Promise<void> {
+export function afterInboundAnswered(
+  env: Env,
+  config: Config,
+  recorded: RecordedInput,
+  pool?: Pool,
+): { dbDone: Promise<void>; done: Promise<void> } {
   const { sessionId } = recorded.typing;
-  await Promise.all([
-    actorHostStub(env, sessionId)
-      .wake(sessionId)
-      .catch((err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err })),
-    // Never throws: it logs its own failures (`typing_add_error`).
-    afterInputAnswered(config, { input: recorded.typing, registration: recorded.registration }),
-  ]);
+  const woken = actorHostStub(env, sessionId)
+    .wake(sessionId)
+    .then(
+      () => undefined,
+      (err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err }),
+    );
+  // Never throws: it logs its own failures (`typing_add_error`).
+  const dbDone = afterInputAnswered(
+    config,
+    { input: recorded.typing, registration: recorded.registration },
+    pool,
+  );
+  return { dbDone, done: Promise.all([woken, dbDone]).then(() => undefined) };
 }

@@ -1,7 +1,7 @@
 import { agentFor } from '../agents';
 import { Deadline } from '../clock';
-import { withDb } from '../db/pool';
-import type { ClaimedEffect, EffectExecutor } from '../effects/registry';
+import { onPool } from '../db/pool';
+import type { ClaimedEffect, EffectExecutor, EffectRunContext } from '../effects/registry';
 import type { Config } from '../env';
 import { loadInstallation } from '../installations/store';
 import { durableErrorLog } from '../lark/api-errors';
@@ -37,10 +37,10 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
     get timeoutMs() {
       return deps.config().AGENT_TIMEOUT_MS + DELIVERY_BUDGET_MS + 2000;
     },
-    async run(effect: ClaimedEffect, signal: AbortSignal): Promise<ReplyResult> {
+    async run(effect: ClaimedEffect, signal: AbortSignal, ctx?: EffectRunContext): Promise<ReplyResult> {
       const args = effect.args as ReplyArgs;
       const config = deps.config();
-      const installation = await withDb(config, (pool) =>
+      const installation = await onPool(config, ctx?.pool, (pool) =>
         loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
       );
       if (!installation) return { outcome: 'failed', replyMessageId: null, reason: 'installation_gone' };
@@ -64,10 +64,11 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         { baseUrl: installation.apiBase, appId: installation.appId, appSecret: installation.appSecret },
         {
           fetch: deps.fetch,
-          // The console's last Open API error: its own short connection, only when a call failed.
+          // The console's last Open API error, only when a call failed: on the host's connection
+          // when the runner gave one, else its own short connection.
           errorLog: {
             failed: (route, err) =>
-              withDb(config, (pool) =>
+              onPool(config, ctx?.pool, (pool) =>
                 durableErrorLog(pool, { apiBase: installation.apiBase, appId: installation.appId }).failed(
                   route,
                   err,
@@ -106,8 +107,8 @@ export function settledExecutor(deps: ChannelDeps): EffectExecutor {
   return {
     kind: SETTLED_KIND,
     timeoutMs: 15_000,
-    async run(effect: ClaimedEffect) {
-      await afterTurnSettled(deps.config(), effect.args as TurnSettlement);
+    async run(effect: ClaimedEffect, _signal: AbortSignal, ctx?: EffectRunContext) {
+      await afterTurnSettled(deps.config(), effect.args as TurnSettlement, ctx?.pool);
       return { ok: true };
     },
   };

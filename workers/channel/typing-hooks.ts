@@ -1,5 +1,5 @@
-import type { PoolClient } from '@neondatabase/serverless';
-import { withDb } from '../db/pool';
+import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { onPool } from '../db/pool';
 import type { Config } from '../env';
 import { type Installation, loadInstallation } from '../installations/store';
 import { log } from '../log';
@@ -92,13 +92,18 @@ export interface TurnSettlement {
 
 /**
  * (2) In `waitUntil` after the 200, only for a newly recorded input: the Typing Add goes
- * here. Opens its own pool (the request's is ending); never throws: a failure the ledger
- * did not handle itself is logged once as `typing_add_error` with its class.
+ * here. On the request's pool when the caller passes it (the webhook: one connection per
+ * event), else on a pool of its own; never throws: a failure the ledger did not handle
+ * itself is logged once as `typing_add_error` with its class.
  */
-export async function afterInputAnswered(config: Config, answered: AnsweredInput): Promise<void> {
+export async function afterInputAnswered(
+  config: Config,
+  answered: AnsweredInput,
+  requestPool?: Pool,
+): Promise<void> {
   const { input, registration } = answered;
   if (!registration.sendAdd || !registration.ledgerId) return;
-  await withDb(config, (pool) =>
+  await onPool(config, requestPool, (pool) =>
     ledger.addTypingBadge(
       pool,
       {
@@ -148,11 +153,12 @@ export async function settleTurnInputs(tx: PoolClient, turn: TurnSettlement): Pr
 
 /**
  * (4) After that commit, from a durable `channel.turn-settled` effect (retried, at most 3
- * attempts): withdraw the badges of the settled inputs precisely by reaction id. Opens its
- * own pool. Throwing schedules a retry; the ledger's maintenance passes remain the backstop.
+ * attempts): withdraw the badges of the settled inputs precisely by reaction id. On the
+ * actor host's pool when given, else on its own. Throwing schedules a retry; the ledger's
+ * maintenance passes remain the backstop.
  */
-export async function afterTurnSettled(config: Config, turn: TurnSettlement): Promise<void> {
-  await withDb(config, async (pool) => {
+export async function afterTurnSettled(config: Config, turn: TurnSettlement, hostPool?: Pool): Promise<void> {
+  await onPool(config, hostPool, async (pool) => {
     const ids = await ledger.settledRowIds(pool, turn);
     const results = await ledger.withdrawAfterCommit(pool, config.SECRET_KEYS, ids);
     // Badges that predate the ledger: sweep the reply's anchor when it has no row.

@@ -1,7 +1,9 @@
 import type { Pool } from '@neondatabase/serverless';
 import { type Context, Hono } from 'hono';
+import { Deadline } from '../clock';
 import type { AppEnv } from '../context';
 import { openPool } from '../db/pool';
+import { connectWithin } from '../db/refusal';
 import { AppError } from '../errors';
 import { INSTALLATION_ID, loadInstallation } from '../installations/store';
 import { recordRejectedEvent } from '../lark/event-receipts';
@@ -20,6 +22,18 @@ import { afterInboundAnswered, type InboundMessage, type RecordedInput } from '.
  * without a `begin`/`set local` round trip.
  */
 const WEBHOOK_DB_BUDGET_MS = 1500;
+/**
+ * One connection per event: the answer's two statements run one after the other, and the
+ * Typing Add after the answer rides the same connection (same request, so the same I/O
+ * context) instead of opening its own. Connections, not statements, are what the server
+ * runs out of under load (bench/suites/50-channel.ts counts them per event).
+ */
+const WEBHOOK_POOL_MAX = 1;
+/**
+ * How long a refused connection (server at its backend limit) is retried before the answer
+ * is a 503 with Retry-After: inside Lark's 3 s, leaving the statements their own budget.
+ */
+const WEBHOOK_CONNECT_RETRY_MS = 1200;
 export const WEBHOOK_MAX_BODY_BYTES = 256 * 1024;
 
 /**
@@ -44,11 +58,14 @@ export const webhook = new Hono<AppEnv>().post(
     // spend a budget shared with Lark. See handle() for the two budgets.
     // Only the statements get the tight budget; the connect timeout stays the service-wide one
     // (measured: at 2 s, 86 of 128 bench events failed to connect on a loaded 2-core machine).
-    const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS });
+    const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS, max: WEBHOOK_POOL_MAX });
+    const after: Promise<void>[] = [];
     try {
-      return await handle(c, pool, installationId, receivedAtMs, raw);
+      await connectWithin(pool, new Deadline(WEBHOOK_CONNECT_RETRY_MS, c.var.clock));
+      return await handle(c, pool, installationId, receivedAtMs, raw, after);
     } finally {
-      const ending = pool.end();
+      // After the answer the post-answer work (Add) still uses the pool: end it after that.
+      const ending = Promise.all(after).then(() => pool.end());
       try {
         c.executionCtx.waitUntil(ending);
       } catch {
@@ -74,6 +91,7 @@ async function handle(
   installationId: string,
   receivedAtMs: number,
   raw: Uint8Array,
+  after: Promise<void>[],
 ) {
   const installation = await loadInstallation(pool, c.var.config.SECRET_KEYS, installationId);
   let delivery: Delivery;
@@ -123,16 +141,18 @@ async function handle(
   }
   const recorded = await acceptInboundMessage(pool, inbound, c.var.config.SECRET_KEYS);
   if (!recorded) return c.json({ ok: true, duplicate: true });
-  runAfterAnswer(c, recorded);
+  after.push(runAfterAnswer(c, recorded, pool));
   return c.json({ ok: true });
 }
 
 function runAfterAnswer(
   c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: ExecutionContext },
   recorded: RecordedInput,
-) {
+  pool: Pool,
+): Promise<void> {
+  const { dbDone, done } = afterInboundAnswered(c.env, c.var.config, recorded, pool);
   // Last resort: afterInboundAnswered logs its parts' own failures; anything else lands here.
-  const task = afterInboundAnswered(c.env, c.var.config, recorded).catch((err: unknown) =>
+  const task = done.catch((err: unknown) =>
     log.error('lark_after_answer_failed', { installationId: recorded.typing.installationId, error: err }),
   );
   try {
@@ -140,4 +160,6 @@ function runAfterAnswer(
   } catch {
     // No execution context (a direct app.request in a unit test): the task still runs.
   }
+  // What the pool waits for before it ends: the Add's statements, not the wake-up.
+  return dbDone.catch(() => undefined);
 }

@@ -114,3 +114,16 @@ export async function withDb<T>(settings: DbSettings, fn: (pool: Pool) => Promis
     await pool.end();
   }
 }
+
+/**
+ * Runs `fn` on `pool` when the caller already holds one in this I/O context (a request's
+ * post-answer work, an actor host's pump), else on a fresh pool of its own (`withDb`). One
+ * connection serving a request's sequential work is one backend instead of several.
+ */
+export function onPool<T>(
+  settings: DbSettings,
+  pool: Pool | undefined,
+  fn: (pool: Pool) => Promise<T>,
+): Promise<T> {
+  return pool ? fn(pool) : withDb(settings, fn);
+}

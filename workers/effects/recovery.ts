@@ -49,6 +49,29 @@ export async function staleCandidates(
   return rows;
 }
 
+/**
+ * The same prefilter for one origin instance ($3): what its own actor host recovers when its
+ * recovery alarm fires. Reads the `effects_processing` partial index (work in flight).
+ */
+export const STALE_CANDIDATES_OF_INSTANCE_SQL = STALE_CANDIDATES_SQL.replace(
+  "where e.status = 'processing'",
+  "where e.status = 'processing' and e.origin_instance_id = $3",
+);
+
+/**
+ * When this instance's oldest claim becomes a recovery candidate, in database ms: the owner's
+ * heartbeat plus its effective timeout (the floor or the binding's longer override), or now
+ * when the owner is gone. Null when nothing of the instance is in flight under an owner
+ * other than `excludeOwner`. The actor host arms its alarm here, so a claim whose process
+ * died is recovered at the staleness floor, not at the next minute cron.
+ */
+export const RECOVERY_DUE_SQL = `select min(coalesce(p.heartbeat_at_ms + greatest($2::bigint, coalesce(r.timeout_ms, 0)),
+                          (select app_now_ms()))) as due
+       from effects e
+       left join effect_processes p on p.id = e.locked_by
+       left join effect_recoveries r on r.effect_id = e.id
+      where e.status = 'processing' and e.origin_instance_id = $1`;
+
 export interface RecoveryPassReport {
   candidates: number;
   retired: number;
@@ -65,7 +88,16 @@ export interface RecoveryPassReport {
 export async function runRecoveryPass(
   pool: Pool,
   config: EffectRuntimeConfig,
-  opts: { budgetMs?: number; wake?: WakeFn; clock?: Clock } = {},
+  opts: {
+    budgetMs?: number;
+    wake?: WakeFn;
+    clock?: Clock;
+    /**
+     * Only this origin instance's candidates, and no explicit-check scan: the instance's
+     * own host runs its checks itself (processRecoveryChecks) right after.
+     */
+    instanceId?: string;
+  } = {},
 ): Promise<RecoveryPassReport> {
   const deadline = new Deadline(opts.budgetMs ?? 20_000, opts.clock ?? systemClock);
   const report: RecoveryPassReport = {
@@ -76,7 +108,15 @@ export async function runRecoveryPass(
     errors: 0,
     checks: 0,
   };
-  const candidates = await staleCandidates(pool, config);
+  const candidates = opts.instanceId
+    ? (
+        await pool.query<{ id: string; origin_instance_id: string }>(STALE_CANDIDATES_OF_INSTANCE_SQL, [
+          config.staleAfterMs,
+          config.claimScanLimit,
+          opts.instanceId,
+        ])
+      ).rows
+    : await staleCandidates(pool, config);
   report.candidates = candidates.length;
   for (const c of candidates) {
     if (deadline.expired()) break;
@@ -97,6 +137,7 @@ export async function runRecoveryPass(
       log.error('effect_recovery_failed', { effectId: c.id, error: err });
     }
   }
+  if (opts.instanceId) return report;
   const { rows } = await pool.query<{ origin_instance_id: string }>(
     `select distinct origin_instance_id from effect_recovery_checks where outcome is null limit $1`,
     [config.claimScanLimit],

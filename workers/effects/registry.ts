@@ -1,4 +1,4 @@
-import type { PoolClient } from '@neondatabase/serverless';
+import type { Pool, PoolClient } from '@neondatabase/serverless';
 import type { EmitOptions } from './emit';
 import type { EffectHandle } from './types';
 
@@ -51,8 +51,17 @@ export interface EffectExecutor {
   kind: string;
   /** Per-run budget; the signal aborts after it. Defaults to 30 s. */
   timeoutMs?: number;
-  /** Resolves with the result (stored, JSON) or throws (retry with backoff, then dead). */
-  run(effect: ClaimedEffect, signal: AbortSignal): Promise<unknown>;
+  /**
+   * Resolves with the result (stored, JSON) or throws (retry with backoff, then dead).
+   * `ctx.pool` is the runner's own pool (the actor host's, in its I/O context): an executor
+   * that needs the database uses it for autocommit statements instead of opening another
+   * connection. Never hold a transaction on it across a remote call.
+   */
+  run(effect: ClaimedEffect, signal: AbortSignal, ctx?: EffectRunContext): Promise<unknown>;
+}
+
+export interface EffectRunContext {
+  pool: Pool;
 }
 
 /** Actor types and effect executors by name; code, not I/O, so module scope is fine. */

@@ -188,6 +188,7 @@ export async function runClaimedEffects(
         const result = await exec.run(
           { id: e.id, kind: e.kind, args: e.args, attempts: e.attempts, instanceId: e.origin_instance_id },
           signal,
+          { pool },
         );
         done.push({ id: e.id, result });
       } catch (err) {

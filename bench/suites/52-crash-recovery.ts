@@ -1,0 +1,119 @@
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { startLarkEmulator } from '../../emulator/server';
+import { startBridge } from '../../scripts/lib/bridge';
+import { freePort } from '../../scripts/lib/postgres';
+import { startCronTicker } from '../../scripts/lib/ticker';
+import type { BenchStack } from '../lib/stack';
+import { type BenchRow, percentile, round } from '../lib/stats';
+import { buildDelivery, postEvent, setupApp, startWorker } from './50-channel';
+
+/**
+ * Crash recovery latency (issue 18, item 5), as a user lives it: a Lark message starts a
+ * turn; while the reply's agent call is in flight the runtime dies (SIGKILL to the whole
+ * `wrangler dev` process group, workerd included); `wrangler dev` starts again on the same
+ * Durable Object state; the figure is the time from "healthy again" to the turn's reply
+ * delivered (channel_turns.outcome). The minute cron is driven on its real schedule, as
+ * `npm run dev` does, so a runtime that waits for the cron's recovery pass is measured as it
+ * would behave. The agent (an HTTP agent in this process) holds generation 1 until the kill
+ * and answers every later generation at once. Trials: BENCH_CRASH_TRIALS (default 3).
+ */
+export async function run(stack: BenchStack): Promise<BenchRow[]> {
+  const bridge = await startBridge();
+  const lark = await startLarkEmulator({ rateLimits: false });
+  let firstCallSeen: (() => void) | undefined;
+  const held: (() => void)[] = [];
+  const agent = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => {
+      body += c;
+    });
+    req.on('end', () => {
+      const turn = JSON.parse(body) as { generation: number };
+      const answer = () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ text: `reply to generation ${turn.generation}` }));
+      };
+      if (turn.generation === 1) {
+        firstCallSeen?.();
+        held.push(answer); // never answered before the kill: its caller dies with the runtime
+      } else answer();
+    });
+  });
+  await new Promise<void>((r) => agent.listen(0, '127.0.0.1', r));
+  const agentUrl = `http://127.0.0.1:${(agent.address() as AddressInfo).port}/`;
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const adminToken = `bench-admin-${randomBytes(12).toString('hex')}`;
+  const vars = {
+    DATABASE_URL: stack.databaseUrl,
+    NEON_WS_PROXY: stack.wsProxy,
+    ADMIN_TOKEN: adminToken,
+    SECRET_KEYS: JSON.stringify({ '1': randomBytes(32).toString('base64') }),
+    LARK_API_BASE: lark.url,
+    AGENT_URL: agentUrl,
+    LOG_LEVEL: 'error',
+  };
+  const db = stack.pg(1);
+  const trials = Number(process.env.BENCH_CRASH_TRIALS ?? 3);
+  const restartToReply: number[] = [];
+  const killToReply: number[] = [];
+  let worker = await startWorker(vars, port);
+  const stopTicker = startCronTicker([{ baseUrl: base, crons: ['* * * * *'] }], () => undefined);
+  const loads: string[] = [];
+  try {
+    const { installationId, appId } = await setupApp(base, adminToken, lark.url);
+    for (let t = 0; t < trials; t++) {
+      const chat = `crash-${t}-${randomBytes(3).toString('hex')}`;
+      const inFlight = new Promise<void>((r) => {
+        firstCallSeen = r;
+      });
+      const status = await postEvent(base, installationId, await buildDelivery(lark.url, appId, chat));
+      if (status !== 200) throw new Error(`event answered ${status}`);
+      await inFlight; // the turn's reply effect is claimed and its agent call is waiting
+      const killedAt = performance.now();
+      const pid = worker.process.pid!;
+      process.kill(-pid, 'SIGKILL');
+      await new Promise<void>((r) =>
+        worker.process.exitCode !== null ? r() : worker.process.once('exit', () => r()),
+      );
+      for (const answer of held.splice(0)) answer(); // the dead runtime's socket is gone anyway
+      worker = await startWorker(vars, port, { keepState: true });
+      const restartedAt = performance.now();
+      for (;;) {
+        const { rows } = await db.query<{ outcome: string | null }>(
+          `select t.outcome from channel_turns t join channel_conversations c on c.id = t.session_id
+            where c.chat_id = $1`,
+          [`oc_${chat}`],
+        );
+        if (rows[0]?.outcome) break;
+        if (performance.now() - restartedAt > 180_000)
+          throw new Error('no reply within 180 s of the restart');
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      restartToReply.push(performance.now() - restartedAt);
+      killToReply.push(performance.now() - killedAt);
+      loads.push(
+        (await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' '),
+      );
+    }
+  } finally {
+    stopTicker();
+    worker.stop();
+    agent.close();
+    await db.end();
+    await lark.close();
+    await bridge.close();
+  }
+  const row = (what: string, xs: number[], load?: string): BenchRow => ({
+    suite: 'crash-recovery',
+    case: `runtime killed mid-turn, restarted: ${what} (s, each trial)`,
+    n: trials,
+    'trials s': xs.map((x) => (x / 1000).toFixed(1)).join(' / '),
+    'max s': round(Math.max(...xs) / 1000, 1),
+    'p50 s': round(percentile(xs, 50) / 1000, 1),
+    ...(load ? { load } : {}),
+  });
+  return [row('restart → reply', restartToReply, loads.join(' → ')), row('kill → reply', killToReply)];
+}
