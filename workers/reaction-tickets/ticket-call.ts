@@ -1,4 +1,4 @@
-import { sqlState } from '../db/tx';
+import { sqlState, withStatement } from '../db/tx';
 import { AppError, type ErrorCode } from '../errors';
 import { operationStampMs } from './operation-id';
 import type { Caller } from './operations';
@@ -121,7 +121,9 @@ export async function ticketCall(
     message: StateJson | null;
   };
   try {
-    const { rows } = await db.query<{ r: typeof r }>(SQL, [
+    // Deadlocks and restarts are retried as withTx would (the statement rolled back whole).
+    const { rows } = await withStatement(budget, () =>
+      db.query<{ r: typeof r }>(SQL, [
       intent === null,
       caller.actorId,
       caller.issuedAt ?? null,
@@ -131,8 +133,9 @@ export async function ticketCall(
       intent?.emoji ?? null,
       intent?.desired ?? null,
       Math.max(1, Math.floor(budget.budgetMs)),
-      Math.max(1, Math.floor(budget.lockTimeoutMs)),
-    ]);
+        Math.max(1, Math.floor(budget.lockTimeoutMs)),
+      ]),
+    );
     r = rows[0]!.r;
   } catch (err) {
     if (sqlState(err) === TICKET_ERROR) {
