@@ -74,9 +74,11 @@ try {
   await pool.query("load 'auto_explain'").catch(() => undefined);
   const claimed = await claimEffects(pool, pid, { limit: 100 });
   const c = await pool.connect();
-  await c.query(
-    "set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on; set auto_explain.log_nested_statements = on; set client_min_messages = log; set auto_explain.log_buffers = on",
-  ).catch((e: Error) => console.log('auto_explain unavailable', e.message));
+  await c
+    .query(
+      'set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on; set auto_explain.log_nested_statements = on; set client_min_messages = log; set auto_explain.log_buffers = on',
+    )
+    .catch((e: Error) => console.log('auto_explain unavailable', e.message));
   c.on('notice', (m: { message?: string }) => console.log(m.message));
   const s = performance.now();
   await c.query('select * from effects_complete($1, $2, $3, 5000)', [

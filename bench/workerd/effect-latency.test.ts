@@ -8,11 +8,11 @@
 // Prints p50 / p99; asserts nothing about speed (bench, not a test of the contract).
 import { env } from 'cloudflare:workers';
 import { afterAll, expect, it } from 'vitest';
+import { emit } from '../../test/effects/helpers';
+import { testPool, uid } from '../../test/helpers/db';
 import { actorHostStub } from '../../workers/effects/actor-host-stub';
 import { ensureInstance } from '../../workers/effects/mailbox';
 import { effectRegistry } from '../../workers/effects/registry';
-import { testPool, uid } from '../../test/helpers/db';
-import { emit } from '../../test/effects/helpers';
 import { percentile, round } from '../lib/stats';
 
 const SAMPLES = Number(process.env.BENCH_LATENCY_SAMPLES ?? 200);

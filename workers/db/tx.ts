@@ -109,7 +109,12 @@ export async function withStatement<T>(
       return await run();
     } catch (err) {
       const state = sqlState(err);
-      if (!state || !RETRYABLE_SQLSTATES.has(state) || attempt >= (opts.maxAttempts ?? 3) || deadline.expired())
+      if (
+        !state ||
+        !RETRYABLE_SQLSTATES.has(state) ||
+        attempt >= (opts.maxAttempts ?? 3) ||
+        deadline.expired()
+      )
         throw err;
       log.warn('db_tx_retry', { sqlstate: state, attempt });
       for (const listener of retryListeners) listener({ sqlstate: state, attempt });

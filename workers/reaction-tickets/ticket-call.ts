@@ -124,15 +124,15 @@ export async function ticketCall(
     // Deadlocks and restarts are retried as withTx would (the statement rolled back whole).
     const { rows } = await withStatement(budget, () =>
       db.query<{ r: typeof r }>(SQL, [
-      intent === null,
-      caller.actorId,
-      caller.issuedAt ?? null,
-      operationId,
-      ticketId,
-      intent?.messageId ?? null,
-      intent?.emoji ?? null,
-      intent?.desired ?? null,
-      Math.max(1, Math.floor(budget.budgetMs)),
+        intent === null,
+        caller.actorId,
+        caller.issuedAt ?? null,
+        operationId,
+        ticketId,
+        intent?.messageId ?? null,
+        intent?.emoji ?? null,
+        intent?.desired ?? null,
+        Math.max(1, Math.floor(budget.budgetMs)),
         Math.max(1, Math.floor(budget.lockTimeoutMs)),
       ]),
     );
