@@ -18,18 +18,26 @@
 -- bounded by lock_timeout = p_budget_ms (the pool's statement_timeout stays the outer
 -- ceiling). Returns the locked rows, as the TypeScript split them before.
 
+-- Step 1 of both write-backs, its own statement: the lock budget, then every origin instance
+-- of the batch `for share`, ordered by id. plpgsql: PERFORM runs the query to the end, so
+-- every origin is locked (a SQL function would stop at its first row).
+create function effects_lock_origins(p_ids uuid[], p_budget_ms int) returns void
+language plpgsql as $$
+begin
+  perform set_config('lock_timeout', greatest(1, p_budget_ms)::text || 'ms', true);
+  perform 1 from actor_instances i
+    where i.id in (select e.origin_instance_id from effects e where e.id = any(p_ids))
+    order by i.id for share;
+end
+$$;
+
 create function effects_complete(p_process bigint, p_ids uuid[], p_results text[], p_budget_ms int)
 returns table (id uuid, origin_instance_id text, notify_on_complete boolean, attempts int,
                max_attempts int, live boolean)
 language plpgsql as $$
 #variable_conflict use_column
 begin
-  perform set_config('lock_timeout', greatest(1, p_budget_ms)::text || 'ms', true);
-  -- PERFORM runs the query to the end: every origin is locked (a SQL function would stop at
-  -- the first row).
-  perform 1 from actor_instances i
-    where i.id in (select e.origin_instance_id from effects e where e.id = any(p_ids))
-    order by i.id for share;
+  perform effects_lock_origins(p_ids, p_budget_ms);
   return query
   with locked as (
     select e.id, e.origin_instance_id, e.notify_on_complete, e.attempts, e.max_attempts,
@@ -61,12 +69,7 @@ returns table (id uuid, origin_instance_id text, notify_on_complete boolean, att
 language plpgsql as $$
 #variable_conflict use_column
 begin
-  perform set_config('lock_timeout', greatest(1, p_budget_ms)::text || 'ms', true);
-  -- PERFORM runs the query to the end: every origin is locked (a SQL function would stop at
-  -- the first row).
-  perform 1 from actor_instances i
-    where i.id in (select e.origin_instance_id from effects e where e.id = any(p_ids))
-    order by i.id for share;
+  perform effects_lock_origins(p_ids, p_budget_ms);
   return query
   with locked as (
     select e.id, e.origin_instance_id, e.notify_on_complete, e.attempts, e.max_attempts,
