@@ -15,9 +15,9 @@
 --   a lock sees what the previous holder committed;
 -- * budgets: statement_timeout set inside a statement does not arm for that statement, so the
 --   caller's budget is enforced here: lock_timeout before each lock is the smaller of the lock
---   budget and what is left of the whole budget, and a step that starts past the budget
---   fails with 57014 as a statement timeout would. The session's own statement_timeout (the
---   pool's) stays the outer ceiling.
+--   budget and what is left of the whole budget (at least 1 ms, so a spent budget fails the
+--   next wait at once: 55P03, the same 503 as before). The work between locks is a few index
+--   probes; the session's own statement_timeout (the pool's) stays the outer ceiling.
 -- * errors: nothing is written before any of them (every check precedes the mutation, and a
 --   raise rolls the statement back anyway). Each raises SQLSTATE RLT01 with the error key as
 --   the message and its details as JSON in DETAIL; workers/reaction-tickets/ticket-call.ts maps
@@ -40,20 +40,6 @@ create function private.reaction_ticket_fail(p_key text, p_details json) returns
 language plpgsql as $$
 begin
   raise exception using errcode = 'RLT01', message = p_key, detail = coalesce(p_details::text, 'null');
-end
-$$;
-
--- Sets lock_timeout for the next lock from the caller's budgets; fails (57014) when the whole
--- budget is spent.
-create function private.reaction_ticket_budget(p_started timestamptz, p_budget_ms int, p_lock_ms int)
-returns void language plpgsql as $$
-declare
-  left_ms int := p_budget_ms - floor(extract(epoch from clock_timestamp() - p_started) * 1000)::int;
-begin
-  if left_ms <= 0 then
-    raise exception 'canceling statement due to statement timeout' using errcode = '57014';
-  end if;
-  perform set_config('lock_timeout', greatest(1, least(p_lock_ms, left_ms))::text || 'ms', true);
 end
 $$;
 
@@ -86,15 +72,16 @@ begin
 end
 $$;
 
-create function private.reaction_ticket_expired(p_ticket private.reaction_tickets, p_receipt json)
+create function private.reaction_ticket_expired(p_operation text, p_expires_at timestamptz,
+  p_message text, p_receipt json)
 returns void language plpgsql as $$
 begin
   perform private.reaction_ticket_fail('operation_expired', json_build_object(
-    'operationId', p_ticket.operation_id,
-    'expiredAt', p_ticket.expires_at,
+    'operationId', p_operation,
+    'expiredAt', p_expires_at,
     'serverTime', app_now(),
     'receipt', p_receipt,
-    'message', private.reaction_state(p_ticket.message_id)));
+    'message', private.reaction_state(p_message)));
 end
 $$;
 
@@ -116,8 +103,8 @@ create function private.reaction_ticket_call(
 language plpgsql as $$
 declare
   started timestamptz := clock_timestamp();
-  t private.reaction_tickets;
-  prior json;
+  -- The ticket row plus `prior` (its receipt as JSON) and `now_`, read after the operation lock.
+  t record;
   now_ timestamptz;
   fenced boolean;
   locked_version bigint;
@@ -129,13 +116,14 @@ declare
   fence_at timestamptz;
 begin
   -- 1. The operation lock, then (its own statement) the ticket, its receipt and fresh time.
-  perform private.reaction_ticket_budget(started, p_budget_ms, p_lock_ms);
+  perform set_config('lock_timeout', greatest(1, least(p_lock_ms,
+    p_budget_ms - floor(extract(epoch from clock_timestamp() - started) * 1000)::int))::text || 'ms', true);
   perform pg_advisory_xact_lock(720101, hashtext(p_actor || '/' || p_operation));
-  select * into t from private.reaction_tickets where id = p_ticket;
-  select row_to_json(o) into prior from private.chat_reaction_operations o
-    where o.actor_id = p_actor and o.operation_id = p_operation;
-  now_ := app_now();
-  if t.id is null then
+  select tk.*, app_now() as now_,
+         (select row_to_json(o) from private.chat_reaction_operations o
+           where o.actor_id = p_actor and o.operation_id = p_operation) as prior
+    into t from private.reaction_tickets tk where tk.id = p_ticket;
+  if not found then
     -- Forgotten (operations.ts forgottenError): admission first, then the terminal answer.
     perform private.reaction_admit(p_actor, p_issued_at, p_intent_message);
     perform private.reaction_ticket_fail('operation_outcome_unknown', json_build_object(
@@ -149,15 +137,15 @@ begin
   if not p_retire and (t.message_id <> p_intent_message or t.emoji <> p_emoji or t.desired <> p_desired) then
     perform private.reaction_ticket_fail('intent_mismatch', null);
   end if;
-  if now_ >= t.expires_at then
-    perform private.reaction_ticket_expired(t, prior);
+  if t.now_ >= t.expires_at then
+    perform private.reaction_ticket_expired(t.operation_id, t.expires_at, t.message_id, t.prior);
   end if;
-  if prior is not null then
+  if t.prior is not null then
     if p_retire then
-      return json_build_object('status', 'applied', 'receipt', prior,
+      return json_build_object('status', 'applied', 'receipt', t.prior,
                                'message', private.reaction_state(t.message_id));
     end if;
-    return json_build_object('replayed', true, 'receipt', prior,
+    return json_build_object('replayed', true, 'receipt', t.prior,
                              'message', private.reaction_state(t.message_id));
   end if;
   -- A retirement answers with the state read here, under the operation lock (as before).
@@ -166,13 +154,14 @@ begin
   end if;
 
   -- 2. The retirement lock, then the fence and fresh time.
-  perform private.reaction_ticket_budget(started, p_budget_ms, p_lock_ms);
+  perform set_config('lock_timeout', greatest(1, least(p_lock_ms,
+    p_budget_ms - floor(extract(epoch from clock_timestamp() - started) * 1000)::int))::text || 'ms', true);
   perform pg_advisory_xact_lock(720102, hashtext(p_actor || '/' || p_operation));
   select exists (select 1 from private.chat_retired_reaction_operations
                  where actor_id = p_actor and operation_id = p_operation), app_now()
     into fenced, now_;
   if now_ >= t.expires_at then
-    perform private.reaction_ticket_expired(t, null);
+    perform private.reaction_ticket_expired(t.operation_id, t.expires_at, t.message_id, null);
   end if;
   if p_retire then
     insert into private.chat_retired_reaction_operations
@@ -189,13 +178,14 @@ begin
   end if;
 
   -- 3. The message row lock, then fresh time: the last expiry check before the mutation.
-  perform private.reaction_ticket_budget(started, p_budget_ms, p_lock_ms);
+  perform set_config('lock_timeout', greatest(1, least(p_lock_ms,
+    p_budget_ms - floor(extract(epoch from clock_timestamp() - started) * 1000)::int))::text || 'ms', true);
   select m.reaction_version into locked_version from private.messages m where m.id = t.message_id for update;
   if not found then
     perform private.reaction_ticket_fail('not_found', null);
   end if;
   if app_now() >= t.expires_at then
-    perform private.reaction_ticket_expired(t, null);
+    perform private.reaction_ticket_expired(t.operation_id, t.expires_at, t.message_id, null);
   end if;
   if t.desired = 'present' then
     insert into private.message_reactions (message_id, actor_id, emoji)
