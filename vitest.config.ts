@@ -72,7 +72,8 @@ export default defineConfig({
           // Projects do not inherit the root's test options.
           testTimeout: 30_000,
           hookTimeout: 60_000,
-          include: ['test/**/*.test.ts'],
+          // BENCH_WORKERD=1: the benches that need workerd (bench/workerd), never with the tests.
+          include: process.env.BENCH_WORKERD ? ['bench/workerd/**/*.test.ts'] : ['test/**/*.test.ts'],
           exclude: ['test/node/**', 'test/retention/**'],
           setupFiles: ['./test/setup/file-database.ts', './test/setup/tx-retries.ts'],
           // Files share nothing (database, emulator, Durable Objects are their own): two at once.

@@ -32,7 +32,8 @@ export async function startBenchStack(): Promise<BenchStack> {
     dataDir: `${DATA_DIR}/data`,
     persistent: true,
   });
-  const database = `rl_bench_${Date.now().toString(36)}`;
+  // BENCH_DB_PREFIX: on a shared server, name the database after your checkout (e.g. ticketfx_bench).
+  const database = `${process.env.BENCH_DB_PREFIX ?? 'rl_bench'}_${Date.now().toString(36)}`;
   await adminQuery(server.adminUrl, `create database ${database}`);
   const databaseUrl = withDatabase(server.adminUrl, database);
   await migrate(databaseUrl, { dir: MIGRATIONS });

@@ -100,13 +100,11 @@ async function ticketed(pool: Pool, actors: string[], messageOf: (a: number) => 
   );
   return runActors(async (a, i) => {
     const { id, operationId } = tickets[a]![i]!;
-    return withTx(pool, TX, (c) =>
-      applyWithTicket(c as unknown as Queryable, { actorId: actors[a]! }, operationId, id, {
-        messageId: messageOf(a),
-        emoji: '👍',
-        desired: desiredAt(i),
-      }),
-    );
+    return applyWithTicket(pool as unknown as Queryable, TX, { actorId: actors[a]! }, operationId, id, {
+      messageId: messageOf(a),
+      emoji: '👍',
+      desired: desiredAt(i),
+    });
   });
 }
 

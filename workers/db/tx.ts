@@ -96,3 +96,32 @@ export async function dbNow(q: Pick<PoolClient, 'query'>): Promise<Date> {
   const { rows } = await q.query<{ now: Date }>('select app_now() as now');
   return rows[0]!.now;
 }
+
+/**
+ * One statement that is its own transaction (a SQL function call in autocommit): the same
+ * retry rule as `withTx` (listed SQLSTATEs only, while budget remains, seen by `onTxRetry`),
+ * without `begin`/`commit` round trips. The statement must enforce its own budget (it cannot
+ * set its own statement_timeout; see migrations 0110 and 0111).
+ */
+export async function withStatement<T>(
+  opts: Pick<TxOptions, 'budgetMs' | 'maxAttempts' | 'clock'>,
+  run: () => Promise<T>,
+): Promise<T> {
+  const deadline = new Deadline(opts.budgetMs, opts.clock ?? systemClock);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run();
+    } catch (err) {
+      const state = sqlState(err);
+      if (
+        !state ||
+        !RETRYABLE_SQLSTATES.has(state) ||
+        attempt >= (opts.maxAttempts ?? 3) ||
+        deadline.expired()
+      )
+        throw err;
+      log.warn('db_tx_retry', { sqlstate: state, attempt });
+      for (const listener of retryListeners) listener({ sqlstate: state, attempt });
+    }
+  }
+}

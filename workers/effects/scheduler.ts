@@ -1,8 +1,7 @@
 import type { Pool } from '@neondatabase/serverless';
-import { withTx } from '../db/tx';
+import { withStatement } from '../db/tx';
 import { log } from '../log';
-import { enqueueRuntimeMessages } from './mailbox';
-import { completedKey, type EffectRow, failedKey, type Queryable } from './types';
+import type { EffectRow, Queryable } from './types';
 
 export const MAX_CLAIM_BATCH = 500;
 
@@ -64,29 +63,17 @@ interface WriteBackRow {
 }
 
 /**
- * The first statement of every write-back: locks the origin instances (`for share`, ordered
- * by ID). An explicit statement, so every instance lock is held before the first effect lock
- * whatever plan the effect statement gets (spec: completion/failure lock the instance before
- * the effect). $1 = effect ids.
+ * Write-backs are one statement each, effects_complete / effects_fail (migrations/0111): the
+ * instance locks (`for share`, ordered by id) in their own statement first, so every instance
+ * lock is held before the first effect lock (spec: completion/failure lock the instance before
+ * the effect); then the effects `for update` in id order, `live` evaluated on the row version
+ * locked (read committed re-reads a row changed while it waited, so a claim retired, requeued
+ * or taken over meanwhile is not live), the write of the live rows and the runtime's callback
+ * messages, in one statement. One round trip per batch instead of begin, 2 statements, one
+ * mailbox insert per notified instance and commit: the drain was round-trip bound (issue 18).
  */
-const LOCK_INSTANCES = `
-  select id from actor_instances
-   where id in (select origin_instance_id from effects where id = any($1::uuid[]))
-   order by id for share`;
-
-/**
- * The effect half of a write-back, as a CTE so locking and writing are one statement. `locked`
- * locks the effects in ID order; `live` is evaluated on the row version it locked (read
- * committed re-reads a row changed while it waited), so a claim retired, requeued or taken
- * over in the meantime is not live. $1 = process id, $2 = effect ids.
- */
-const LOCK_FOR_WRITE_BACK = `
-  with locked as (
-    select e.id, e.origin_instance_id, e.notify_on_complete, e.attempts, e.max_attempts,
-           (e.status = 'processing' and e.locked_by = $1) as live
-      from effects e
-     where e.id = any($2::uuid[])
-     order by e.id for update)`;
+const COMPLETE_SQL = 'select * from effects_complete($1, $2, $3, $4)';
+const FAIL_SQL = 'select * from effects_fail($1, $2, $3, $4)';
 
 /** Splits the locked rows into live claims and rejected ids; logs a late write. */
 function splitLive(rows: WriteBackRow[], processId: string, ids: string[], op: string) {
@@ -101,12 +88,6 @@ function splitLive(rows: WriteBackRow[], processId: string, ids: string[], op: s
       count: rejected.length,
     });
   return { live, rejected };
-}
-
-function byInstance<T extends { origin_instance_id: string }>(rows: T[]): Map<string, T[]> {
-  const out = new Map<string, T[]>();
-  for (const r of rows) out.set(r.origin_instance_id, [...(out.get(r.origin_instance_id) ?? []), r]);
-  return out;
 }
 
 export interface WriteBackResult {
@@ -125,31 +106,16 @@ export async function completeEffects(
   // Last result wins for a repeated id, as one update per row allows.
   const resultOf = new Map(results.map((r) => [r.id, r.result ?? null]));
   const ids = [...resultOf.keys()];
-  return withTx(pool, { budgetMs }, async (tx) => {
-    await tx.query(LOCK_INSTANCES, [ids]);
-    const { rows } = await tx.query<WriteBackRow>(
-      `${LOCK_FOR_WRITE_BACK},
-       done as (
-         update effects e set status = 'completed', result = r.result::jsonb, locked_by = null,
-                locked_at_ms = null, finished_at_ms = (select app_now_ms())
-           from locked l, unnest($2::uuid[], $3::text[]) as r(id, result)
-          where l.live and r.id = l.id and e.id = l.id)
-       select id, origin_instance_id, notify_on_complete, attempts, max_attempts, live from locked`,
-      [processId, ids, ids.map((id) => JSON.stringify(resultOf.get(id)))],
-    );
-    const { live, rejected } = splitLive(rows, processId, ids, 'complete');
-    if (live.length === 0) return { accepted: [], rejected };
-    for (const [instanceId, rows] of byInstance(live.filter((r) => r.notify_on_complete)))
-      await enqueueRuntimeMessages(
-        tx,
-        instanceId,
-        rows.map((r) => ({
-          key: completedKey(r.id),
-          payload: { effectId: r.id, result: resultOf.get(r.id) ?? null },
-        })),
-      );
-    return { accepted: live.map((r) => r.id), rejected };
-  });
+  const { rows } = await withStatement({ budgetMs }, () =>
+    pool.query<WriteBackRow>(COMPLETE_SQL, [
+      processId,
+      ids,
+      ids.map((id) => JSON.stringify(resultOf.get(id))),
+      Math.max(1, Math.floor(budgetMs)),
+    ]),
+  );
+  const { live, rejected } = splitLive(rows, processId, ids, 'complete');
+  return { accepted: live.map((r) => r.id), rejected };
 }
 
 /**
@@ -166,35 +132,15 @@ export async function failEffects(
   if (failures.length === 0) return { accepted: [], rejected: [], dead: [] };
   const errorOf = new Map(failures.map((f) => [f.id, f.error.slice(0, 2000)]));
   const ids = [...errorOf.keys()];
-  return withTx(pool, { budgetMs }, async (tx) => {
-    await tx.query(LOCK_INSTANCES, [ids]);
-    const { rows } = await tx.query<WriteBackRow>(
-      `${LOCK_FOR_WRITE_BACK},
-       clock as (select app_now_ms() as ms),
-       done as (
-         update effects e
-            set locked_by = null, locked_at_ms = null, last_error = f.error,
-                status = case when e.attempts >= e.max_attempts then 'dead' else 'pending' end,
-                finished_at_ms = case when e.attempts >= e.max_attempts then clock.ms end,
-                run_at_ms = case when e.attempts >= e.max_attempts then e.run_at_ms
-                                 else clock.ms + least(power(2, e.attempts)::bigint * 1000, 3600000) end
-           from locked l, clock, unnest($2::uuid[], $3::text[]) as f(id, error)
-          where l.live and f.id = l.id and e.id = l.id)
-       select id, origin_instance_id, notify_on_complete, attempts, max_attempts, live from locked`,
-      [processId, ids, ids.map((id) => errorOf.get(id) ?? '')],
-    );
-    const { live, rejected } = splitLive(rows, processId, ids, 'fail');
-    if (live.length === 0) return { accepted: [], rejected, dead: [] };
-    const dead = live.filter((r) => r.attempts >= r.max_attempts);
-    for (const [instanceId, rows] of byInstance(dead))
-      await enqueueRuntimeMessages(
-        tx,
-        instanceId,
-        rows.map((r) => ({
-          key: failedKey(r.id),
-          payload: { effectId: r.id, error: errorOf.get(r.id) ?? '' },
-        })),
-      );
-    return { accepted: live.map((r) => r.id), rejected, dead: dead.map((r) => r.id) };
-  });
+  const { rows } = await withStatement({ budgetMs }, () =>
+    pool.query<WriteBackRow>(FAIL_SQL, [
+      processId,
+      ids,
+      ids.map((id) => errorOf.get(id) ?? ''),
+      Math.max(1, Math.floor(budgetMs)),
+    ]),
+  );
+  const { live, rejected } = splitLive(rows, processId, ids, 'fail');
+  const dead = live.filter((r) => r.attempts >= r.max_attempts);
+  return { accepted: live.map((r) => r.id), rejected, dead: dead.map((r) => r.id) };
 }

@@ -9,7 +9,7 @@ import { lockMessage } from './locks';
 import { applyWithTicket, retireWithTicket } from './operations';
 import { chargeIssuance } from './quota';
 import { readReactions, toggleReaction } from './reactions';
-import { runReactionTx } from './run';
+import { reactionBudget, runReactionTx } from './run';
 import * as S from './schemas';
 import { signTicket, ticketKeyVersion, verifyTicket } from './ticket-token';
 import { findTicketByOperation, issueTicket } from './tickets';
@@ -131,8 +131,14 @@ reactionApi.openapi(
       return c.json(result, 200);
     }
     const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    const result = await runReactionTx(c.var.db(), config, (client) =>
-      applyWithTicket(client, caller, operationId, ticketId, intent),
+    // One statement, its own transaction (ticket-call.ts): no runReactionTx around it.
+    const result = await applyWithTicket(
+      c.var.db(),
+      reactionBudget(config),
+      caller,
+      operationId,
+      ticketId,
+      intent,
     );
     return c.json(result, 200);
   },
@@ -165,9 +171,7 @@ reactionApi.openapi(
       return c.json(result, 200);
     }
     const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    const result = await runReactionTx(c.var.db(), config, (client) =>
-      retireWithTicket(client, caller, operationId, ticketId),
-    );
+    const result = await retireWithTicket(c.var.db(), reactionBudget(config), caller, operationId, ticketId);
     return c.json(result, 200);
   },
 );

@@ -185,6 +185,10 @@ async function assertUnderOutstandingBound(client: Queryable, actorId: string, m
   );
 }
 
+export const expiredMessage =
+  'This operation expired; stop replaying it. The reactions shown are the current truth; ' +
+  'whether it applied earlier is reflected there. A new reaction needs a new operation ID.';
+
 /**
  * The terminal expiry answer: 410 operation_expired with the exact current reactions. It
  * carries the receipt when one is still retained and never says the operation did not apply.
@@ -204,19 +208,14 @@ export async function expiredError(
   const current = await readReactions(client, e.messageId);
   const now =
     e.nowMs ?? (await client.query<{ now: Date }>('select app_now() as now')).rows[0]!.now.valueOf();
-  return new AppError(
-    'operation_expired',
-    'This operation expired; stop replaying it. The reactions shown are the current truth; ' +
-      'whether it applied earlier is reflected there. A new reaction needs a new operation ID.',
-    {
-      operationId: e.operationId,
-      stampedAt: e.stampMs == null ? null : iso(e.stampMs),
-      expiredAt: new Date(e.expiredAt).toISOString(),
-      serverTime: iso(Number(now)),
-      receipt: e.receipt,
-      message: current,
-    },
-  );
+  return new AppError('operation_expired', expiredMessage, {
+    operationId: e.operationId,
+    stampedAt: e.stampMs == null ? null : iso(e.stampMs),
+    expiredAt: new Date(e.expiredAt).toISOString(),
+    serverTime: iso(Number(now)),
+    receipt: e.receipt,
+    message: current,
+  });
 }
 
 export async function throwExpired(

@@ -1,0 +1,154 @@
+import { sqlState, withStatement } from '../db/tx';
+import { AppError, type ErrorCode } from '../errors';
+import { operationStampMs } from './operation-id';
+import type { Caller } from './operations';
+import { groupReactions } from './reactions';
+import { busyError } from './run';
+import { expiredMessage } from './tickets';
+import {
+  type Intent,
+  type MessageReactions,
+  type Queryable,
+  type Receipt,
+  type ReceiptRow,
+  toReceipt,
+} from './types';
+
+/**
+ * One ticketed write or retirement as one statement: private.reaction_ticket_call
+ * (migrations/0110_reaction_ticket_write_function.sql) runs the whole contract as its own
+ * transaction, and this module maps its answers and errors back to the API's shapes.
+ *
+ * Why one statement: the write is round-trip bound, and on a hot message every round trip
+ * made while the message row is locked serializes all writers of that message. As
+ * begin + 7 statements + commit it ran at 0.11–0.13× a bare upsert with 32 actors
+ * (bench/suites/30-tickets.ts); as one autocommit statement the locks are released by the
+ * server when the statement ends.
+ */
+
+/** The caller's budgets, enforced inside the function (see the migration's header). */
+export interface TicketCallBudget {
+  budgetMs: number;
+  lockTimeoutMs: number;
+}
+
+const SQL = 'select private.reaction_ticket_call($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) as r';
+
+/** The function's error SQLSTATE: the message is a key below, the detail JSON. */
+const TICKET_ERROR = 'RLT01';
+
+/** Keys the function raises with, mapped to the answers the TS contract gave before 0110. */
+const ANSWERS: Record<string, [ErrorCode, string]> = {
+  'unauthorized/unknown_actor': ['unauthorized', 'Unknown actor'],
+  'unauthorized/signed_out': ['unauthorized', 'Session ended by sign-out'],
+  not_found: ['not_found', 'Message not found'],
+  ticket_invalid: ['ticket_invalid', 'The ticket is not valid for this actor and operation'],
+  intent_mismatch: ['intent_mismatch', 'The request does not match the intent bound to this ticket'],
+  operation_retired: ['operation_retired', 'This operation was retired and can never apply'],
+  // A ticket whose MAC verifies was issued by this server; if its row is gone, housekeeping
+  // deleted it (long after its expiry) or its message went away. Whether it applied is no
+  // longer known: a terminal answer that says so, never 403 (issue 15 item 5).
+  operation_outcome_unknown: [
+    'operation_outcome_unknown',
+    'This operation is no longer known to the server; stop replaying it. Whether it applied is ' +
+      'reflected in the current reactions. A new reaction needs a new operation ID.',
+  ],
+  operation_expired: ['operation_expired', expiredMessage],
+};
+
+/** private.reaction_state: the message's version and rows, as one JSON value. */
+interface StateJson {
+  message_id: string;
+  reaction_version: number | string;
+  rows: { emoji: string; actor_id: string }[];
+}
+
+function message(state: StateJson | null | undefined): MessageReactions | null {
+  return state ? groupReactions(state.message_id, Number(state.reaction_version), state.rows) : null;
+}
+
+const iso = (t: string | number | Date) => new Date(t).toISOString();
+
+interface Details {
+  operationId?: string;
+  expiredAt?: string;
+  serverTime?: string;
+  receipt?: ReceiptRow | null;
+  message?: StateJson | null;
+}
+
+function toAppError(key: string, raw: Details | null): AppError {
+  const answer = ANSWERS[key];
+  // A key this module does not know is a mismatch between the migration and the code: a 500.
+  if (!answer) return new AppError('internal_error', 'Unexpected reaction contract answer');
+  const [code, text] = answer;
+  if (!raw) return new AppError(code, text);
+  const operationId = raw.operationId!;
+  const current = message(raw.message);
+  if (code === 'operation_expired') {
+    const stampMs = operationStampMs(operationId);
+    return new AppError(code, text, {
+      operationId,
+      stampedAt: stampMs === null ? null : iso(stampMs),
+      expiredAt: iso(raw.expiredAt!),
+      serverTime: iso(raw.serverTime!),
+      receipt: raw.receipt ? toReceipt(raw.receipt) : null,
+      message: current,
+    });
+  }
+  return new AppError(code, text, { operationId, message: current });
+}
+
+export interface TicketCallResult {
+  status?: 'retired' | 'applied';
+  replayed?: boolean;
+  receipt?: Receipt;
+  retiredAt?: string;
+  message: MessageReactions | null;
+}
+
+export async function ticketCall(
+  db: Queryable,
+  budget: TicketCallBudget,
+  call: { caller: Caller; operationId: string; ticketId: string; intent: Intent | null },
+): Promise<TicketCallResult> {
+  const { caller, operationId, ticketId, intent } = call;
+  let r: {
+    status?: 'retired' | 'applied';
+    replayed?: boolean;
+    receipt?: ReceiptRow;
+    retired_at?: string;
+    message: StateJson | null;
+  };
+  try {
+    // Deadlocks and restarts are retried as withTx would (the statement rolled back whole).
+    const { rows } = await withStatement(budget, () =>
+      db.query<{ r: typeof r }>(SQL, [
+        intent === null,
+        caller.actorId,
+        caller.issuedAt ?? null,
+        operationId,
+        ticketId,
+        intent?.messageId ?? null,
+        intent?.emoji ?? null,
+        intent?.desired ?? null,
+        Math.max(1, Math.floor(budget.budgetMs)),
+        Math.max(1, Math.floor(budget.lockTimeoutMs)),
+      ]),
+    );
+    r = rows[0]!.r;
+  } catch (err) {
+    if (sqlState(err) === TICKET_ERROR) {
+      const e = err as { message: string; detail?: string };
+      throw toAppError(e.message, JSON.parse(e.detail ?? 'null') as Details | null);
+    }
+    throw busyError(err) ?? err;
+  }
+  return {
+    status: r.status,
+    replayed: r.replayed,
+    receipt: r.receipt && toReceipt(r.receipt),
+    retiredAt: r.retired_at && iso(r.retired_at),
+    message: message(r.message),
+  };
+}
