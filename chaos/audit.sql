@@ -1,0 +1,47 @@
+-- The chaos run's audit (never a migration): installed into the chaos template after the test
+-- clock, so every schedule's database records the transitions an end-state check cannot see.
+-- Each row is written in the transaction that made the change, so a rolled-back change leaves
+-- none. Read by chaos/invariants.ts.
+create schema chaos;
+
+create table chaos.ledger_transitions (
+  id bigserial primary key,
+  row_id text not null,
+  at timestamptz not null default app_now(),
+  revived boolean not null,
+  snapshot_after_terminal boolean not null
+);
+
+create function chaos.audit_ledger() returns trigger language plpgsql as $$
+declare
+  was_terminal boolean := old.cleaned_at is not null or old.abandoned_at is not null;
+  is_terminal boolean := new.cleaned_at is not null or new.abandoned_at is not null;
+begin
+  if (was_terminal and not is_terminal) or (is_terminal and new.credential_snapshot is not null) then
+    insert into chaos.ledger_transitions (row_id, revived, snapshot_after_terminal)
+    values (new.id, was_terminal and not is_terminal, is_terminal and new.credential_snapshot is not null);
+  end if;
+  return new;
+end $$;
+
+create trigger chaos_audit_ledger after update on channel_typing_reaction
+  for each row execute function chaos.audit_ledger();
+
+-- Every receipt and fence deleted, with the row as it was and the database time of the delete.
+create table chaos.retention_deletes (
+  id bigserial primary key,
+  tbl text not null,
+  at timestamptz not null default app_now(),
+  row_data jsonb not null
+);
+
+create function chaos.audit_delete() returns trigger language plpgsql as $$
+begin
+  insert into chaos.retention_deletes (tbl, row_data) values (tg_table_name, to_jsonb(old));
+  return old;
+end $$;
+
+create trigger chaos_audit_receipts after delete on private.chat_reaction_operations
+  for each row execute function chaos.audit_delete();
+create trigger chaos_audit_fences after delete on private.chat_retired_reaction_operations
+  for each row execute function chaos.audit_delete();
