@@ -45,3 +45,23 @@ create trigger chaos_audit_receipts after delete on private.chat_reaction_operat
   for each row execute function chaos.audit_delete();
 create trigger chaos_audit_fences after delete on private.chat_retired_reaction_operations
   for each row execute function chaos.audit_delete();
+
+-- Every recovery message enqueued (`effect:<id>:recovery`): a retirement must send exactly one,
+-- and the mailbox prunes delivered messages, so the count is kept here.
+create table chaos.recovery_messages (
+  id bigserial primary key,
+  instance_id text not null,
+  message_key text not null,
+  at timestamptz not null default app_now()
+);
+
+create function chaos.audit_recovery() returns trigger language plpgsql as $$
+begin
+  if new.message_key like 'effect:%:recovery' then
+    insert into chaos.recovery_messages (instance_id, message_key) values (new.instance_id, new.message_key);
+  end if;
+  return new;
+end $$;
+
+create trigger chaos_audit_recovery after insert on actor_mailbox
+  for each row execute function chaos.audit_recovery();

@@ -3,6 +3,7 @@ import { mkdtemp, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { Miniflare } from 'miniflare';
 
@@ -115,7 +116,7 @@ export async function startRuntime(opts: RuntimeOptions): Promise<Runtime> {
         bindings: { ...main.bindings, ...opts.vars },
       },
     ] as never,
-    handleRuntimeStdio: (stdout, stderr) => {
+    handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
       for (const stream of [stdout, stderr]) {
         let rest = '';
         stream.on('data', (chunk: Buffer) => {
