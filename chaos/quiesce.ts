@@ -25,6 +25,27 @@ export async function quiesce(world: World, faults: FaultRunner): Promise<void> 
     await timed(world, `quiesce +${dt / 1000}s: maintenance pass`, () => world.primary.maintenancePass());
     await waitIdle(world, 5_000);
   }
+  world.trace.add(`quiesce: ${await summary(world)}`);
+}
+
+/** What the schedule left behind, for the trace: turns, ledger rows, replies at Lark. */
+async function summary(world: World): Promise<string> {
+  const { rows } = await world.db.query<{ turns: string; ledger: string; receipts: number }>(`
+    select
+      (select coalesce(string_agg(outcome || ' ' || n, ', '), 'none')
+         from (select coalesce(outcome, 'open') as outcome, count(*) as n from channel_turns group by 1) t) as turns,
+      (select coalesce(string_agg(s || ' ' || n, ', '), 'none')
+         from (select case when cleaned_at is not null then 'cleaned' when abandoned_at is not null then 'abandoned'
+                           else 'pending' end as s, count(*) as n
+                 from channel_typing_reaction group by 1) l) as ledger,
+      (select count(*)::int from private.chat_reaction_operations) as receipts`);
+  const r = rows[0]!;
+  let replies = 0;
+  let typing = 0;
+  for (const m of world.lark.state.messages.values()) if (m.parent_id && m.sender.sender_type === 'app') replies++;
+  for (const list of world.lark.state.reactions.values())
+    typing += list.filter((x) => x.reaction_type.emoji_type === 'Typing').length;
+  return `turns: ${r.turns}; ledger: ${r.ledger}; receipts: ${r.receipts}; replies at Lark: ${replies}; Typing badges at Lark: ${typing}`;
 }
 
 /** Polls until nothing is due (effects, mailbox, actor timers, open turns) or `maxMs` passes. */

@@ -18,6 +18,7 @@ const { values } = parseArgs({
     replay: { type: 'string' },
     'shrink-seconds': { type: 'string', default: '300' },
     quiet: { type: 'boolean', default: false },
+    verbose: { type: 'boolean', default: false },
   },
 });
 const numRuns = Number(values.schedules);
@@ -44,6 +45,7 @@ try {
     say(`replaying ${values.replay} (${schedule.steps.length} steps)`);
     const result = await runSchedule(stack, schedule, index++);
     stats.add(result);
+    if (values.verbose) console.log(result.trace);
     if (result.violated.length > 0 || result.harnessError) {
       printFailure(result, schedule);
       exit = 1;
@@ -63,6 +65,7 @@ try {
         result.harnessError ? 'HARNESS ERROR' : result.violated.length ? `VIOLATED ${result.violated.map((c) => c.name).join(', ')}` : 'ok'
       }`;
       if (!values.quiet || result.violated.length) say(firstFailureAt === null ? line : `shrinking: ${line}`);
+      if (values.verbose) console.log(result.trace);
       if (result.harnessError) {
         say(result.harnessError.split('\n').slice(0, 3).join(' | '));
         return target !== null ? true : false;
