@@ -22,7 +22,7 @@ export const RESTART_POINTS = ['now', 'typing_add', 'reply'] as const;
 
 export type Step =
   // Lark workload
-  | { op: 'message'; inst: number; chat: number; p2p: boolean; burst: number }
+  | { op: 'message'; inst: number; chat: number; p2p: boolean; burst: number; foreign: 'none' | 'human' | 'app' }
   | { op: 'duplicate'; ref: number }
   | { op: 'redeliver'; ref: number }
   | { op: 'foreign_reaction'; ref: number; byApp: boolean }
@@ -74,6 +74,8 @@ export interface Schedule {
 }
 
 const ref = fc.nat(15);
+/** A badge of someone else's on the message before ours: a human's reaction, another app's Typing. */
+const foreignArb = fc.constantFrom('none' as const, 'human' as const, 'app' as const);
 const inst = fc.nat(1);
 const actor = fc.nat(2);
 
@@ -84,6 +86,7 @@ const workload: fc.Arbitrary<Step>[] = [
     chat: fc.nat(2),
     p2p: fc.boolean(),
     burst: fc.integer({ min: 1, max: 4 }),
+    foreign: foreignArb,
   }),
   fc.record({ op: fc.constant('duplicate' as const), ref }),
   fc.record({ op: fc.constant('redeliver' as const), ref }),
@@ -145,8 +148,68 @@ export const stepArb: fc.Arbitrary<Step> = fc.oneof(
   { arbitrary: fc.oneof(...faults), weight: 1 },
 );
 
-export function scheduleArb(maxSteps: number): fc.Arbitrary<Schedule> {
-  return fc.record({ steps: fc.array(stepArb, { minLength: 1, maxLength: maxSteps }) });
+const DAY = 86_400_000;
+const maybe = (a: fc.Arbitrary<Step>) => fc.option(a, { nil: undefined, freq: 2 });
+const settle = fc.record({ op: fc.constant('settle' as const), ms: fc.integer({ min: 300, max: 1500 }) });
+
+/**
+ * Faults aimed inside one Lark flow: at the Typing Add, the reply, the withdrawal's listing
+ * and delete, the token; the runtime restarted with the Add or the reply in flight; the
+ * connection cut on the ledger's, the turn's or the effect's statement.
+ */
+const flowFault: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({
+    op: fc.constant('lark_fault' as const),
+    route: fc.constantFrom('reactions.create' as const, 'reactions.delete' as const, 'reactions.list' as const, 'reply' as const, 'token' as const),
+    kind: fc.constantFrom(...LARK_FAULTS),
+    times: fc.integer({ min: 1, max: 3 }),
+  }),
+  fc.record({ op: fc.constant('restart' as const), at: fc.constantFrom('typing_add' as const, 'reply' as const) }),
+  fc.record({
+    op: fc.constant('db_cut_at' as const),
+    marker: fc.constantFrom('ledger' as const, 'turn' as const, 'effects' as const, 'webhook' as const),
+    phase: fc.constantFrom('request' as const, 'reply' as const),
+  }),
+);
+
+/** Episodes: short flows of the workload with faults at their named points. */
+const larkEpisode = fc
+  .tuple(maybe(flowFault), workload[0]!, maybe(flowFault), maybe(settle))
+  .map((xs) => xs.filter((x): x is Step => x !== undefined));
+
+const mobileEpisode = fc
+  .tuple(
+    workload[6]!,
+    maybe(fc.oneof(fc.constant({ op: 'db_cut' as const }), fc.record({ op: fc.constant('db_cut_at' as const), marker: fc.constant('reaction' as const), phase: fc.constantFrom('request' as const, 'reply' as const) }))),
+    maybe(fc.oneof(workload[7]!, workload[8]!)),
+  )
+  .map((xs) => xs.filter((x): x is Step => x !== undefined));
+
+/**
+ * The cleanup's flow: receipts written, the cleanup enabled, the clock past the receipts'
+ * retention, perhaps a stop, a fault, then the hourly run.
+ */
+const retentionEpisode = fc
+  .tuple(
+    workload[6]!,
+    fc.constant({ op: 'retention_enable' as const }),
+    fc.record({ op: fc.constant('clock' as const), ms: fc.constantFrom(31 * DAY, 32 * DAY) }),
+    maybe(fc.constant({ op: 'retention_stop' as const })),
+    maybe(fc.oneof(fc.constant({ op: 'restart' as const, at: 'now' as const }), fc.record({ op: fc.constant('db_cut_at' as const), marker: fc.constant('cleanup' as const), phase: fc.constantFrom('request' as const, 'reply' as const) }))),
+    fc.constant({ op: 'retention_hourly' as const }),
+  )
+  .map((xs) => xs.filter((x): x is Step => x !== undefined));
+
+const episode: fc.Arbitrary<Step[]> = fc.oneof(
+  { arbitrary: larkEpisode, weight: 3 },
+  { arbitrary: mobileEpisode, weight: 2 },
+  { arbitrary: retentionEpisode, weight: 1 },
+  { arbitrary: stepArb.map((s) => [s]), weight: 3 },
+);
+
+/** Up to `maxParts` episodes or single steps, flattened; shrinking removes whole parts first. */
+export function scheduleArb(maxParts: number): fc.Arbitrary<Schedule> {
+  return fc.array(episode, { minLength: 1, maxLength: maxParts }).map((parts) => ({ steps: parts.flat() }));
 }
 
 /** One line per step, for the trace and the failure report. */

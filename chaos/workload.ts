@@ -159,6 +159,7 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
             text: `m${model.seq++} ${i}`,
             sender: { id: `ou_user${step.chat}`, id_type: 'open_id', sender_type: 'user' },
           });
+          if (i === 0 && step.foreign !== 'none') addForeign(world, model, msg.message_id, step.foreign === 'app');
           const payload = messageReceivePayload(inst.app, msg, world.lark.state.now(), { eventId: World.id() + World.id() });
           await deliver(world, model, inst, step.inst, payload, msg.message_id);
         }),
@@ -190,13 +191,7 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
     case 'foreign_reaction': {
       const ev = pickRef(model.events, step.ref);
       if (!ev) return false;
-      const operator = step.byApp
-        ? { operator_id: 'cli_someone_else', operator_type: 'app' as const }
-        : { operator_id: 'ou_human', operator_type: 'user' as const };
-      // Typing too: another app's or a human's Typing badge is not ours to delete.
-      const r = world.lark.state.addReaction(ev.messageId, step.byApp ? 'Typing' : 'THUMBSUP', operator);
-      model.foreign.push({ messageId: ev.messageId, reactionId: r.reaction_id });
-      world.trace.add(`foreign reaction ${r.reaction_type.emoji_type} by ${operator.operator_id} on ${ev.messageId.slice(-6)}`);
+      addForeign(world, model, ev.messageId, step.byApp);
       return true;
     }
     case 'rotate': {
@@ -284,6 +279,16 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
     default:
       return false;
   }
+}
+
+/** A reaction not ours: another app's Typing badge, or a human's Typing (both must survive). */
+function addForeign(world: World, model: Model, messageId: string, byApp: boolean) {
+  const operator = byApp
+    ? { operator_id: 'cli_someone_else', operator_type: 'app' as const }
+    : { operator_id: 'ou_human', operator_type: 'user' as const };
+  const r = world.lark.state.addReaction(messageId, 'Typing', operator);
+  model.foreign.push({ messageId, reactionId: r.reaction_id });
+  world.trace.add(`foreign Typing by ${operator.operator_id} on ${messageId.slice(-6)}`);
 }
 
 /** A cron or pass the harness drives: its failure under a fault is recorded, not thrown. */

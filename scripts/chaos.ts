@@ -1,4 +1,4 @@
-// npm run chaos -- --schedules N [--seed S] [--steps M] [--path P | --replay FILE] [--shrink-seconds T]
+// npm run chaos -- --schedules N [--seed S] [--parts M] [--path P | --replay FILE] [--shrink-seconds T]
 //   Seeded chaos schedules against the real service (chaos/README in README.md "Chaos").
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -13,7 +13,7 @@ const { values } = parseArgs({
   options: {
     schedules: { type: 'string', default: '20' },
     seed: { type: 'string' },
-    steps: { type: 'string', default: '20' },
+    parts: { type: 'string', default: '8' },
     path: { type: 'string' },
     replay: { type: 'string' },
     'shrink-seconds': { type: 'string', default: '300' },
@@ -23,9 +23,9 @@ const { values } = parseArgs({
 });
 const numRuns = Number(values.schedules);
 const seed = values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(values.seed);
-const maxSteps = Number(values.steps);
+const maxParts = Number(values.parts);
 const shrinkMs = Number(values['shrink-seconds']) * 1000;
-for (const [name, v] of [['--schedules', numRuns], ['--seed', seed], ['--steps', maxSteps], ['--shrink-seconds', shrinkMs]] as const)
+for (const [name, v] of [['--schedules', numRuns], ['--seed', seed], ['--parts', maxParts], ['--shrink-seconds', shrinkMs]] as const)
   if (!Number.isSafeInteger(v) || v < 0) {
     console.error(`[chaos] ${name} must be a whole number`);
     process.exit(2);
@@ -51,12 +51,12 @@ try {
       exit = 1;
     }
   } else {
-    say(`seed ${seed}, ${numRuns} schedule(s) of up to ${maxSteps} steps${values.path ? `, path ${values.path}` : ''}`);
+    say(`seed ${seed}, ${numRuns} schedule(s) of up to ${maxParts} parts (episodes or single steps)${values.path ? `, path ${values.path}` : ''}`);
     // After the first failure only that invariant counts, so the shrinker keeps the finding.
     let target: string | null = null;
     let firstFailureAt: number | null = null;
     const results = new Map<string, ScheduleResult>();
-    const property = fc.asyncProperty(scheduleArb(maxSteps), async (schedule) => {
+    const property = fc.asyncProperty(scheduleArb(maxParts), async (schedule) => {
       // Past the shrink budget: every candidate passes, so the shrinker stops where it is.
       if (firstFailureAt !== null && Date.now() - firstFailureAt > shrinkMs) return true;
       const result = await runSchedule(stack, schedule, index++);
@@ -85,7 +85,7 @@ try {
       const file = `${OUT_DIR}failure-${seed}.json`;
       writeFileSync(file, JSON.stringify(schedule, null, 2));
       say(`FAILED: seed ${seed}, path ${out.counterexamplePath}, ${out.numShrinks} shrink(s)`);
-      say(`replay: npm run chaos -- --seed ${seed} --path ${out.counterexamplePath} --steps ${maxSteps}   (or --replay ${file})`);
+      say(`replay: npm run chaos -- --seed ${seed} --path ${out.counterexamplePath} --parts ${maxParts}   (or --replay ${file})`);
       if (result) printFailure(result, schedule);
       exit = 1;
     } else if (out.failed) {
