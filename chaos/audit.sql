@@ -65,3 +65,28 @@ end $$;
 
 create trigger chaos_audit_recovery after insert on actor_mailbox
   for each row execute function chaos.audit_recovery();
+
+-- Copies of every turn and input as last written: housekeeping deletes channel history after
+-- seven days (a clock jump past that is a schedule step), the checks still need it.
+create table chaos.turns (like channel_turns);
+alter table chaos.turns add primary key (session_id, turn_no);
+create table chaos.inputs (like lark_inbound_messages);
+
+create function chaos.audit_turn() returns trigger language plpgsql as $$
+begin
+  delete from chaos.turns where session_id = new.session_id and turn_no = new.turn_no;
+  insert into chaos.turns select new.*;
+  return new;
+end $$;
+
+create trigger chaos_audit_turns after insert or update on channel_turns
+  for each row execute function chaos.audit_turn();
+
+create function chaos.audit_input() returns trigger language plpgsql as $$
+begin
+  insert into chaos.inputs select new.*;
+  return new;
+end $$;
+
+create trigger chaos_audit_inputs after insert or update on lark_inbound_messages
+  for each row execute function chaos.audit_input();

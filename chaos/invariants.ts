@@ -75,7 +75,7 @@ export const INVARIANTS: Record<string, Check> = {
     for (const [uuid, n] of byUuid) if (n > 1) violations.push(`${n} replies with uuid ${uuid}`);
     const turns = await rows<{ anchor_message_id: string; n: number }>(
       world,
-      'select anchor_message_id, count(*)::int as n from channel_turns group by anchor_message_id',
+      'select anchor_message_id, count(*)::int as n from chaos.turns group by anchor_message_id',
     );
     const turnsAt = new Map(turns.map((t) => [t.anchor_message_id, t.n]));
     for (const [anchor, n] of byAnchor)
@@ -91,7 +91,7 @@ export const INVARIANTS: Record<string, Check> = {
     const inputs = await rows<{ message_id: string; position: string; session_id: string; installation_id: string }>(
       world,
       `select distinct on (message_id) message_id, position, session_id, installation_id
-         from lark_inbound_messages where position is not null order by message_id, id`,
+         from chaos.inputs where position is not null order by message_id, id desc`,
     );
     const byMessage = new Map(inputs.map((i) => [i.message_id, i]));
     const turns = await rows<{
@@ -100,7 +100,7 @@ export const INVARIANTS: Record<string, Check> = {
       cutoff_position: string;
       outcome: string | null;
       reply_message_id: string | null;
-    }>(world, 'select session_id, first_position, cutoff_position, outcome, reply_message_id from channel_turns');
+    }>(world, 'select session_id, first_position, cutoff_position, outcome, reply_message_id from chaos.turns');
     for (const messageId of accepted) {
       const input = byMessage.get(messageId);
       if (!input) {
