@@ -76,21 +76,21 @@ export async function startDbFaults(databaseUrl: string, port = 0): Promise<DbFa
         done: Promise.resolve(),
       };
       entry.done = (async () => {
-          try {
-            await client.connect();
-            await client.query('begin');
-            // A lock this connection cannot get at once is not worth waiting for: skip the fault.
-            await client.query(`set local lock_timeout = '2s'`);
-            await client.query(`lock table ${table} in access exclusive mode`);
-            await Promise.race([released, new Promise((r) => setTimeout(r, ms))]);
-            await client.query('rollback');
-          } catch {
-            // By design: a lock fault that could not be taken is a fault not injected.
-          } finally {
-            await client.end().catch(() => undefined);
-            locks.delete(entry);
-          }
-        })();
+        try {
+          await client.connect();
+          await client.query('begin');
+          // A lock this connection cannot get at once is not worth waiting for: skip the fault.
+          await client.query(`set local lock_timeout = '2s'`);
+          await client.query(`lock table ${table} in access exclusive mode`);
+          await Promise.race([released, new Promise((r) => setTimeout(r, ms))]);
+          await client.query('rollback');
+        } catch {
+          // By design: a lock fault that could not be taken is a fault not injected.
+        } finally {
+          await client.end().catch(() => undefined);
+          locks.delete(entry);
+        }
+      })();
       locks.add(entry);
     },
     async clear() {

@@ -57,7 +57,10 @@ export const INVARIANTS: Record<string, Check> = {
   /** No reaction deleted that is not the app's own (a human's, another app's). */
   async 'lark.no_foreign_reaction_deleted'(world, model) {
     const violations = model.foreign
-      .filter((f) => !(world.lark.state.reactions.get(f.messageId) ?? []).some((r) => r.reaction_id === f.reactionId))
+      .filter(
+        (f) =>
+          !(world.lark.state.reactions.get(f.messageId) ?? []).some((r) => r.reaction_id === f.reactionId),
+      )
       .map((f) => `foreign reaction ${f.reactionId} on ${f.messageId} deleted`);
     return { violations };
   },
@@ -79,7 +82,8 @@ export const INVARIANTS: Record<string, Check> = {
     );
     const turnsAt = new Map(turns.map((t) => [t.anchor_message_id, t.n]));
     for (const [anchor, n] of byAnchor)
-      if (n > (turnsAt.get(anchor) ?? 0)) violations.push(`${n} replies on ${anchor}, ${turnsAt.get(anchor) ?? 0} turn(s)`);
+      if (n > (turnsAt.get(anchor) ?? 0))
+        violations.push(`${n} replies on ${anchor}, ${turnsAt.get(anchor) ?? 0} turn(s)`);
     return { violations };
   },
 
@@ -88,7 +92,12 @@ export const INVARIANTS: Record<string, Check> = {
     const violations: string[] = [];
     let exempt = 0;
     const accepted = new Set(model.events.filter((e) => e.status === 200).map((e) => e.messageId));
-    const inputs = await rows<{ message_id: string; position: string; session_id: string; installation_id: string }>(
+    const inputs = await rows<{
+      message_id: string;
+      position: string;
+      session_id: string;
+      installation_id: string;
+    }>(
       world,
       `select distinct on (message_id) message_id, position, session_id, installation_id
          from chaos.inputs where position is not null order by message_id, id desc`,
@@ -100,7 +109,10 @@ export const INVARIANTS: Record<string, Check> = {
       cutoff_position: string;
       outcome: string | null;
       reply_message_id: string | null;
-    }>(world, 'select session_id, first_position, cutoff_position, outcome, reply_message_id from chaos.turns');
+    }>(
+      world,
+      'select session_id, first_position, cutoff_position, outcome, reply_message_id from chaos.turns',
+    );
     for (const messageId of accepted) {
       const input = byMessage.get(messageId);
       if (!input) {
@@ -109,16 +121,25 @@ export const INVARIANTS: Record<string, Check> = {
       }
       const pos = Number(input.position);
       const turn = turns.find(
-        (t) => t.session_id === input.session_id && Number(t.first_position) <= pos && pos <= Number(t.cutoff_position),
+        (t) =>
+          t.session_id === input.session_id &&
+          Number(t.first_position) <= pos &&
+          pos <= Number(t.cutoff_position),
       );
       const inst = model.installations.find((i) => i.id === input.installation_id);
       if (!turn || turn.outcome === null) {
         // A deleted installation's conversation cannot be answered; its input stays unturned.
         if (inst?.deleted) exempt++;
-        else violations.push(`accepted ${messageId} (pos ${pos}) ${turn ? 'in an unsettled turn' : 'in no turn'}`);
+        else
+          violations.push(
+            `accepted ${messageId} (pos ${pos}) ${turn ? 'in an unsettled turn' : 'in no turn'}`,
+          );
         continue;
       }
-      if (turn.outcome === 'delivered' && (!turn.reply_message_id || !world.lark.state.messages.has(turn.reply_message_id)))
+      if (
+        turn.outcome === 'delivered' &&
+        (!turn.reply_message_id || !world.lark.state.messages.has(turn.reply_message_id))
+      )
         violations.push(`turn of ${messageId} delivered, but reply ${turn.reply_message_id} is not at Lark`);
     }
     return { violations, exempt };
@@ -141,13 +162,23 @@ export const INVARIANTS: Record<string, Check> = {
       `select id from channel_typing_reaction
         where (cleaned_at is not null or abandoned_at is not null) and credential_snapshot is not null`,
     );
-    const seen = await rows<{ row_id: string }>(world, 'select row_id from chaos.ledger_transitions where snapshot_after_terminal');
-    return { violations: [...now.map((r) => r.id), ...seen.map((r) => r.row_id)].map((id) => `snapshot on terminal row ${id}`) };
+    const seen = await rows<{ row_id: string }>(
+      world,
+      'select row_id from chaos.ledger_transitions where snapshot_after_terminal',
+    );
+    return {
+      violations: [...now.map((r) => r.id), ...seen.map((r) => r.row_id)].map(
+        (id) => `snapshot on terminal row ${id}`,
+      ),
+    };
   },
 
   /** No terminal ledger row made live again. */
   async 'ledger.no_revival'(world) {
-    const seen = await rows<{ row_id: string }>(world, 'select row_id from chaos.ledger_transitions where revived');
+    const seen = await rows<{ row_id: string }>(
+      world,
+      'select row_id from chaos.ledger_transitions where revived',
+    );
     return { violations: seen.map((r) => `terminal row ${r.row_id} revived`) };
   },
 
@@ -184,28 +215,36 @@ export const INVARIANTS: Record<string, Check> = {
       const key = `${op.messageId}|chaos-a${op.actor}|${op.emoji}`;
       const want = op.desired === 'present';
       if (a.kind === 'applied') allowed.set(key, new Set([want]));
-      else if (a.kind === 'unknown') (allowed.get(key) ?? allowed.set(key, new Set([false])).get(key)!).add(want);
+      else if (a.kind === 'unknown')
+        (allowed.get(key) ?? allowed.set(key, new Set([false])).get(key)!).add(want);
     }
     for (const [key, ok] of allowed) {
       const is = present.has(key);
-      if (!ok.has(is)) violations.push(`${key} is ${is ? 'present' : 'absent'}; admitted choices allow ${[...ok].join('/')}`);
+      if (!ok.has(is))
+        violations.push(
+          `${key} is ${is ? 'present' : 'absent'}; admitted choices allow ${[...ok].join('/')}`,
+        );
     }
     return { violations };
   },
 
   /** No receipt or fence deleted before its eligibility. */
   async 'retention.no_early_delete'(world) {
-    const deleted = await rows<{ tbl: string; at: Date; row_data: { created_at: string; ticket_expires_at: string | null; operation_id: string } }>(
-      world,
-      'select tbl, at, row_data from chaos.retention_deletes',
-    );
+    const deleted = await rows<{
+      tbl: string;
+      at: Date;
+      row_data: { created_at: string; ticket_expires_at: string | null; operation_id: string };
+    }>(world, 'select tbl, at, row_data from chaos.retention_deletes');
     const violations: string[] = [];
     for (const d of deleted) {
       const days = d.tbl === 'chat_reaction_operations' ? RECEIPT_DAYS : FENCE_DAYS;
       const at = d.at.getTime();
       const created = Date.parse(d.row_data.created_at);
       const ticketEnd = d.row_data.ticket_expires_at ? Date.parse(d.row_data.ticket_expires_at) : null;
-      if (created + days * DAY_MS > at) violations.push(`${d.tbl} ${d.row_data.operation_id} deleted ${((at - created) / DAY_MS).toFixed(2)} days after creation`);
+      if (created + days * DAY_MS > at)
+        violations.push(
+          `${d.tbl} ${d.row_data.operation_id} deleted ${((at - created) / DAY_MS).toFixed(2)} days after creation`,
+        );
       else if (ticketEnd !== null && ticketEnd + DRAIN_GRACE_MS > at)
         violations.push(`${d.tbl} ${d.row_data.operation_id} deleted before its ticket expiry + drain grace`);
     }
@@ -214,7 +253,10 @@ export const INVARIANTS: Record<string, Check> = {
 
   /** The cleanup never deleted after an acknowledged stop (unless enabled again after it). */
   async 'retention.no_cleanup_after_stop'(world, model) {
-    const deleted = await rows<{ at: Date; tbl: string }>(world, 'select at, tbl from chaos.retention_deletes');
+    const deleted = await rows<{ at: Date; tbl: string }>(
+      world,
+      'select at, tbl from chaos.retention_deletes',
+    );
     const violations: string[] = [];
     for (const d of deleted) {
       const at = d.at.getTime();
@@ -243,7 +285,10 @@ export const INVARIANTS: Record<string, Check> = {
   async 'http.no_unexpected_5xx'(world) {
     const violations = world.answers
       .filter((a) => typeof a.status === 'number' && a.status >= 500 && !(a.underFault && a.status === 503))
-      .map((a) => `step ${a.step}: ${a.what} → ${a.status} ${a.code ?? ''}${a.underFault ? ' (under fault)' : ''}`);
+      .map(
+        (a) =>
+          `step ${a.step}: ${a.what} → ${a.status} ${a.code ?? ''}${a.underFault ? ' (under fault)' : ''}`,
+      );
     return { violations };
   },
 

@@ -42,7 +42,8 @@ async function summary(world: World): Promise<string> {
   const r = rows[0]!;
   let replies = 0;
   let typing = 0;
-  for (const m of world.lark.state.messages.values()) if (m.parent_id && m.sender.sender_type === 'app') replies++;
+  for (const m of world.lark.state.messages.values())
+    if (m.parent_id && m.sender.sender_type === 'app') replies++;
   for (const list of world.lark.state.reactions.values())
     typing += list.filter((x) => x.reaction_type.emoji_type === 'Typing').length;
   return `turns: ${r.turns}; ledger: ${r.ledger}; receipts: ${r.receipts}; replies at Lark: ${replies}; Typing badges at Lark: ${typing}`;

@@ -33,7 +33,8 @@ export class RunStats {
 
 export function formatReport(s: RunStats, totalMs: number): string {
   const sorted = [...s.durations].sort((a, b) => a - b);
-  const p = (q: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! : 0);
+  const p = (q: number) =>
+    sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! : 0;
   const avgLoad = s.loads.length ? s.loads.reduce((a, b) => a + b, 0) / s.loads.length : loadavg()[0]!;
   const lines = [
     '',

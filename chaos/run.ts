@@ -20,7 +20,11 @@ export interface ScheduleResult {
 }
 
 /** Runs one schedule on a fresh database and world, quiesces, checks every invariant. */
-export async function runSchedule(stack: ChaosStack, schedule: Schedule, index: number): Promise<ScheduleResult> {
+export async function runSchedule(
+  stack: ChaosStack,
+  schedule: Schedule,
+  index: number,
+): Promise<ScheduleResult> {
   const started = Date.now();
   const world = new World(stack, `s${index}`);
   const faults = new FaultRunner(world);

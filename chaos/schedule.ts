@@ -6,7 +6,13 @@ import fc from 'fast-check';
  * smaller numbers) to a short one that still fails. Steps that refer to earlier work (`ref`)
  * pick it modulo what exists when they run, so any subsequence is still a valid schedule.
  */
-export const LARK_ROUTES = ['token', 'reactions.create', 'reactions.delete', 'reactions.list', 'reply'] as const;
+export const LARK_ROUTES = [
+  'token',
+  'reactions.create',
+  'reactions.delete',
+  'reactions.list',
+  'reply',
+] as const;
 export const LARK_FAULTS = ['5xx', '429', 'expired_token', 'lost_response', 'latency', 'timeout'] as const;
 /** Statements a database cut can be armed on: the webhook's, the flush's, the ledger's, the cleanup's. */
 export const DB_MARKERS = {
@@ -17,12 +23,24 @@ export const DB_MARKERS = {
   reaction: 'private.message_reactions',
   cleanup: 'delete from private.chat_',
 } as const;
-export const LOCK_TABLES = ['channel_typing_reaction', 'effects', 'actor_instances', 'private.messages'] as const;
+export const LOCK_TABLES = [
+  'channel_typing_reaction',
+  'effects',
+  'actor_instances',
+  'private.messages',
+] as const;
 export const RESTART_POINTS = ['now', 'typing_add', 'reply'] as const;
 
 export type Step =
   // Lark workload
-  | { op: 'message'; inst: number; chat: number; p2p: boolean; burst: number; foreign: 'none' | 'human' | 'app' }
+  | {
+      op: 'message';
+      inst: number;
+      chat: number;
+      p2p: boolean;
+      burst: number;
+      foreign: 'none' | 'human' | 'app';
+    }
   | { op: 'duplicate'; ref: number }
   | { op: 'redeliver'; ref: number }
   | { op: 'foreign_reaction'; ref: number; byApp: boolean }
@@ -160,11 +178,20 @@ const settle = fc.record({ op: fc.constant('settle' as const), ms: fc.integer({ 
 const flowFault: fc.Arbitrary<Step> = fc.oneof(
   fc.record({
     op: fc.constant('lark_fault' as const),
-    route: fc.constantFrom('reactions.create' as const, 'reactions.delete' as const, 'reactions.list' as const, 'reply' as const, 'token' as const),
+    route: fc.constantFrom(
+      'reactions.create' as const,
+      'reactions.delete' as const,
+      'reactions.list' as const,
+      'reply' as const,
+      'token' as const,
+    ),
     kind: fc.constantFrom(...LARK_FAULTS),
     times: fc.integer({ min: 1, max: 3 }),
   }),
-  fc.record({ op: fc.constant('restart' as const), at: fc.constantFrom('typing_add' as const, 'reply' as const) }),
+  fc.record({
+    op: fc.constant('restart' as const),
+    at: fc.constantFrom('typing_add' as const, 'reply' as const),
+  }),
   fc.record({
     op: fc.constant('db_cut_at' as const),
     marker: fc.constantFrom('ledger' as const, 'turn' as const, 'effects' as const, 'webhook' as const),
@@ -180,7 +207,16 @@ const larkEpisode = fc
 const mobileEpisode = fc
   .tuple(
     workload[6]!,
-    maybe(fc.oneof(fc.constant({ op: 'db_cut' as const }), fc.record({ op: fc.constant('db_cut_at' as const), marker: fc.constant('reaction' as const), phase: fc.constantFrom('request' as const, 'reply' as const) }))),
+    maybe(
+      fc.oneof(
+        fc.constant({ op: 'db_cut' as const }),
+        fc.record({
+          op: fc.constant('db_cut_at' as const),
+          marker: fc.constant('reaction' as const),
+          phase: fc.constantFrom('request' as const, 'reply' as const),
+        }),
+      ),
+    ),
     maybe(fc.oneof(workload[7]!, workload[8]!)),
   )
   .map((xs) => xs.filter((x): x is Step => x !== undefined));
@@ -195,7 +231,16 @@ const retentionEpisode = fc
     fc.constant({ op: 'retention_enable' as const }),
     fc.record({ op: fc.constant('clock' as const), ms: fc.constantFrom(31 * DAY, 32 * DAY) }),
     maybe(fc.constant({ op: 'retention_stop' as const })),
-    maybe(fc.oneof(fc.constant({ op: 'restart' as const, at: 'now' as const }), fc.record({ op: fc.constant('db_cut_at' as const), marker: fc.constant('cleanup' as const), phase: fc.constantFrom('request' as const, 'reply' as const) }))),
+    maybe(
+      fc.oneof(
+        fc.constant({ op: 'restart' as const, at: 'now' as const }),
+        fc.record({
+          op: fc.constant('db_cut_at' as const),
+          marker: fc.constant('cleanup' as const),
+          phase: fc.constantFrom('request' as const, 'reply' as const),
+        }),
+      ),
+    ),
     fc.constant({ op: 'retention_hourly' as const }),
   )
   .map((xs) => xs.filter((x): x is Step => x !== undefined));

@@ -19,10 +19,14 @@ export class Trace {
 
   format(limit = 400): string {
     const shown = this.events.length > limit ? this.events.slice(-limit) : this.events;
-    const head = shown.length < this.events.length ? [`  … ${this.events.length - shown.length} earlier events`] : [];
+    const head =
+      shown.length < this.events.length ? [`  … ${this.events.length - shown.length} earlier events`] : [];
     return [
       ...head,
-      ...shown.map((e) => `  ${String(e.ms).padStart(6)} ms  ${e.step === null ? '  -' : `#${String(e.step).padStart(2)}`}  ${e.text}`),
+      ...shown.map(
+        (e) =>
+          `  ${String(e.ms).padStart(6)} ms  ${e.step === null ? '  -' : `#${String(e.step).padStart(2)}`}  ${e.text}`,
+      ),
     ].join('\n');
   }
 }

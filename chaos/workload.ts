@@ -2,8 +2,14 @@ import { randomBytes } from 'node:crypto';
 import { buildDelivery, messageReceivePayload } from '../emulator/events';
 import type { AppRecord } from '../emulator/state';
 import { signActorToken } from '../workers/auth/sign';
+import {
+  setMembers,
+  upsertActor,
+  upsertConversation,
+  upsertMessage,
+  upsertWorkspace,
+} from '../workers/reaction-tickets/directory';
 import { mintOperationId } from '../workers/reaction-tickets/operation-id';
-import { setMembers, upsertActor, upsertConversation, upsertMessage, upsertWorkspace } from '../workers/reaction-tickets/directory';
 import type { Queryable } from '../workers/reaction-tickets/types';
 import type { Step } from './schedule';
 import { SECRETS, World } from './world';
@@ -106,25 +112,43 @@ export async function setup(world: World, model: Model): Promise<void> {
       workspace_id: `ws_chaos${i}`,
       ...app,
     });
-    if (res?.status !== 201) throw new Error(`setup: installation ${i}: ${res?.status} ${JSON.stringify(res?.body)}`);
+    if (res?.status !== 201)
+      throw new Error(`setup: installation ${i}: ${res?.status} ${JSON.stringify(res?.body)}`);
     const { installation } = res.body as { installation: { id: string } };
-    model.installations.push({ id: installation.id, app, workspaceId: `ws_chaos${i}`, rotated: false, deleted: false });
+    model.installations.push({
+      id: installation.id,
+      app,
+      workspaceId: `ws_chaos${i}`,
+      rotated: false,
+      deleted: false,
+    });
   }
   const client = await world.db.connect();
   try {
     const db = client as unknown as Queryable;
     await client.query('begin');
     await upsertWorkspace(db, { id: MOBILE.workspaceId, name: 'chaos' });
-    for (const a of MOBILE.actors) await upsertActor(db, { id: a, workspaceId: MOBILE.workspaceId, displayName: a });
-    await upsertConversation(db, { id: MOBILE.conversationId, workspaceId: MOBILE.workspaceId, title: 'chaos' });
+    for (const a of MOBILE.actors)
+      await upsertActor(db, { id: a, workspaceId: MOBILE.workspaceId, displayName: a });
+    await upsertConversation(db, {
+      id: MOBILE.conversationId,
+      workspaceId: MOBILE.workspaceId,
+      title: 'chaos',
+    });
     await setMembers(db, MOBILE.conversationId, MOBILE.actors, []);
     for (const m of MOBILE.messages)
-      await upsertMessage(db, { id: m, conversationId: MOBILE.conversationId, authorActorId: MOBILE.actors[0]!, body: m });
+      await upsertMessage(db, {
+        id: m,
+        conversationId: MOBILE.conversationId,
+        authorActorId: MOBILE.actors[0]!,
+        body: m,
+      });
     await client.query('commit');
   } finally {
     client.release();
   }
-  for (const a of MOBILE.actors) model.tokens.push(await signActorToken(SECRETS.ACTOR_JWT_SECRET, a, { ttlSeconds: 30 * 86_400 }));
+  for (const a of MOBILE.actors)
+    model.tokens.push(await signActorToken(SECRETS.ACTOR_JWT_SECRET, a, { ttlSeconds: 30 * 86_400 }));
   const closed = await world.admin('close legacy contract', 'POST', '/admin/reaction-contract/legacy/close');
   if (closed?.status !== 200) throw new Error(`setup: legacy close: ${closed?.status}`);
 }
@@ -133,14 +157,25 @@ function pickRef<T>(list: T[], ref: number): T | undefined {
   return list.length === 0 ? undefined : list[ref % list.length];
 }
 
-async function deliver(world: World, model: Model, inst: Installation, eventIndex: number, payload: unknown, messageId: string) {
+async function deliver(
+  world: World,
+  model: Model,
+  inst: Installation,
+  eventIndex: number,
+  payload: unknown,
+  messageId: string,
+) {
   const request = buildDelivery(inst.app, payload, world.lark.state.now());
   const eventId = (payload as { header: { event_id: string } }).header.event_id;
-  const res = await world.call(`event ${eventId.slice(0, 8)} msg ${messageId.slice(-6)} inst ${eventIndex}`, `/lark/events/${inst.id}`, {
-    method: 'POST',
-    headers: request.headers,
-    body: request.body,
-  });
+  const res = await world.call(
+    `event ${eventId.slice(0, 8)} msg ${messageId.slice(-6)} inst ${eventIndex}`,
+    `/lark/events/${inst.id}`,
+    {
+      method: 'POST',
+      headers: request.headers,
+      body: request.body,
+    },
+  );
   model.events.push({ installation: eventIndex, eventId, messageId, request, status: res?.status ?? 'lost' });
 }
 
@@ -159,8 +194,11 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
             text: `m${model.seq++} ${i}`,
             sender: { id: `ou_user${step.chat}`, id_type: 'open_id', sender_type: 'user' },
           });
-          if (i === 0 && step.foreign !== 'none') addForeign(world, model, msg.message_id, step.foreign === 'app');
-          const payload = messageReceivePayload(inst.app, msg, world.lark.state.now(), { eventId: World.id() + World.id() });
+          if (i === 0 && step.foreign !== 'none')
+            addForeign(world, model, msg.message_id, step.foreign === 'app');
+          const payload = messageReceivePayload(inst.app, msg, world.lark.state.now(), {
+            eventId: World.id() + World.id(),
+          });
           await deliver(world, model, inst, step.inst, payload, msg.message_id);
         }),
       );
@@ -184,7 +222,9 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
       const msg = ev && world.lark.state.messages.get(ev.messageId);
       if (!ev || !msg) return false;
       const inst = model.installations[ev.installation]!;
-      const payload = messageReceivePayload(inst.app, msg, world.lark.state.now(), { eventId: World.id() + World.id() });
+      const payload = messageReceivePayload(inst.app, msg, world.lark.state.now(), {
+        eventId: World.id() + World.id(),
+      });
       await deliver(world, model, inst, ev.installation, payload, msg.message_id);
       return true;
     }
@@ -199,9 +239,14 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
       if (inst.deleted) return false;
       const secret = randomBytes(12).toString('hex');
       world.lark.state.rotateSecret(inst.app.app_id, secret, false);
-      const res = await world.admin(`rotate installation ${step.inst}`, 'POST', `/admin/lark/installations/${inst.id}/rotate`, {
-        app_secret: secret,
-      });
+      const res = await world.admin(
+        `rotate installation ${step.inst}`,
+        'POST',
+        `/admin/lark/installations/${inst.id}/rotate`,
+        {
+          app_secret: secret,
+        },
+      );
       // Lost or refused: the service may still hold the old secret; either way it was rotated at Lark.
       inst.rotated = true;
       return res !== null;
@@ -209,33 +254,60 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
     case 'delete_installation': {
       const inst = model.installations[step.inst]!;
       if (inst.deleted) return false;
-      const res = await world.admin(`delete installation ${step.inst}`, 'DELETE', `/admin/lark/installations/${inst.id}`);
+      const res = await world.admin(
+        `delete installation ${step.inst}`,
+        'DELETE',
+        `/admin/lark/installations/${inst.id}`,
+      );
       // An unanswered delete may have happened: treat it as deleted (the exemptions are wider).
       if (res === null || res.status === 200) inst.deleted = true;
       return true;
     }
     case 'mobile_write':
-      await mobileWrite(world, model, step.actor, MOBILE.messages[step.msg]!, MOBILE.emojis[step.emoji]!, step.desired, !step.skipPut);
+      await mobileWrite(
+        world,
+        model,
+        step.actor,
+        MOBILE.messages[step.msg]!,
+        MOBILE.emojis[step.emoji]!,
+        step.desired,
+        !step.skipPut,
+      );
       return true;
     case 'mobile_replay': {
-      const op = pickRef(model.mobile.filter((o) => o.ticket), step.ref);
+      const op = pickRef(
+        model.mobile.filter((o) => o.ticket),
+        step.ref,
+      );
       if (!op) return false;
       await mobilePut(world, model, op, 'replay');
       return true;
     }
     case 'mobile_retire': {
-      const op = pickRef(model.mobile.filter((o) => o.ticket), step.ref);
+      const op = pickRef(
+        model.mobile.filter((o) => o.ticket),
+        step.ref,
+      );
       if (!op) return false;
-      const res = await world.call(`retire ${op.operationId.slice(-6)}`, `/v1/reaction-operations/${op.operationId}/retire`, {
-        method: 'POST',
-        headers: bearer(model.tokens[op.actor]!),
-        body: JSON.stringify({ ticket: op.ticket }),
-      });
-      if (res?.status === 200 && (res.body as { status?: string }).status === 'retired') op.retiredAt = Date.now();
+      const res = await world.call(
+        `retire ${op.operationId.slice(-6)}`,
+        `/v1/reaction-operations/${op.operationId}/retire`,
+        {
+          method: 'POST',
+          headers: bearer(model.tokens[op.actor]!),
+          body: JSON.stringify({ ticket: op.ticket }),
+        },
+      );
+      if (res?.status === 200 && (res.body as { status?: string }).status === 'retired')
+        op.retiredAt = Date.now();
       return true;
     }
     case 'sign_out':
-      await world.admin(`sign out ${step.actor}`, 'POST', `/admin/actors/${MOBILE.actors[step.actor]}/sign-out`);
+      await world.admin(
+        `sign out ${step.actor}`,
+        'POST',
+        `/admin/actors/${MOBILE.actors[step.actor]}/sign-out`,
+      );
       return true;
     case 'sign_in': {
       // Issued at database time: a token from before the sign-out (database time) is refused.
@@ -249,18 +321,45 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
     }
     case 'quota_pressure':
       for (let i = 0; i < step.n; i++)
-        await mobileWrite(world, model, step.actor, MOBILE.messages[i % 2]!, MOBILE.emojis[0]!, i % 2 === 0, false);
+        await mobileWrite(
+          world,
+          model,
+          step.actor,
+          MOBILE.messages[i % 2]!,
+          MOBILE.emojis[0]!,
+          i % 2 === 0,
+          false,
+        );
       return true;
     case 'retention_enable': {
-      const status = await world.admin('retention status', 'GET', '/admin/retention/status', undefined, SECRETS.RETENTION_ADMIN_TOKEN);
-      const generation = (status?.body as { control?: { generation?: number } } | undefined)?.control?.generation;
+      const status = await world.admin(
+        'retention status',
+        'GET',
+        '/admin/retention/status',
+        undefined,
+        SECRETS.RETENTION_ADMIN_TOKEN,
+      );
+      const generation = (status?.body as { control?: { generation?: number } } | undefined)?.control
+        ?.generation;
       if (typeof generation !== 'number') return false;
       model.retention.enableSends.push(await world.dbNow());
-      await world.admin('retention enable', 'POST', '/admin/retention/enable', { operator: 'chaos', generation }, SECRETS.RETENTION_ADMIN_TOKEN);
+      await world.admin(
+        'retention enable',
+        'POST',
+        '/admin/retention/enable',
+        { operator: 'chaos', generation },
+        SECRETS.RETENTION_ADMIN_TOKEN,
+      );
       return true;
     }
     case 'retention_stop': {
-      const res = await world.admin('retention stop', 'POST', '/admin/retention/stop', { operator: 'chaos' }, SECRETS.RETENTION_ADMIN_TOKEN);
+      const res = await world.admin(
+        'retention stop',
+        'POST',
+        '/admin/retention/stop',
+        { operator: 'chaos' },
+        SECRETS.RETENTION_ADMIN_TOKEN,
+      );
       if (res?.status === 200) model.retention.stopAcks.push(await world.dbNow());
       return true;
     }
@@ -305,14 +404,26 @@ function bearer(token: string): Record<string, string> {
   return { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
 }
 
-async function mobileWrite(world: World, model: Model, actor: number, messageId: string, emoji: string, present: boolean, put: boolean) {
+async function mobileWrite(
+  world: World,
+  model: Model,
+  actor: number,
+  messageId: string,
+  emoji: string,
+  present: boolean,
+  put: boolean,
+) {
   const operationId = mintOperationId(await world.dbNow());
   const desired = present ? ('present' as const) : ('absent' as const);
-  const res = await world.call(`ticket ${operationId.slice(-6)} a${actor} ${messageId} ${desired}`, '/v1/reaction-tickets', {
-    method: 'POST',
-    headers: bearer(model.tokens[actor]!),
-    body: JSON.stringify({ operationId, messageId, emoji, desired }),
-  });
+  const res = await world.call(
+    `ticket ${operationId.slice(-6)} a${actor} ${messageId} ${desired}`,
+    '/v1/reaction-tickets',
+    {
+      method: 'POST',
+      headers: bearer(model.tokens[actor]!),
+      body: JSON.stringify({ operationId, messageId, emoji, desired }),
+    },
+  );
   const body = res?.body as { ticket?: string; expiresAt?: string } | undefined;
   const op: MobileOp = {
     operationId,
@@ -331,11 +442,20 @@ async function mobileWrite(world: World, model: Model, actor: number, messageId:
 
 async function mobilePut(world: World, model: Model, op: MobileOp, what: string) {
   const sentAtDbMs = await world.dbNow();
-  const res = await world.call(`${what} ${op.operationId.slice(-6)} a${op.actor} ${op.messageId} ${op.desired}`, `/v1/reaction-operations/${op.operationId}`, {
-    method: 'PUT',
-    headers: bearer(model.tokens[op.actor]!),
-    body: JSON.stringify({ ticket: op.ticket, messageId: op.messageId, emoji: op.emoji, desired: op.desired }),
-  });
+  const res = await world.call(
+    `${what} ${op.operationId.slice(-6)} a${op.actor} ${op.messageId} ${op.desired}`,
+    `/v1/reaction-operations/${op.operationId}`,
+    {
+      method: 'PUT',
+      headers: bearer(model.tokens[op.actor]!),
+      body: JSON.stringify({
+        ticket: op.ticket,
+        messageId: op.messageId,
+        emoji: op.emoji,
+        desired: op.desired,
+      }),
+    },
+  );
   const code = (res?.body as { error?: { code?: string } } | undefined)?.error?.code;
   const kind =
     res === null || res.status >= 500

@@ -97,7 +97,10 @@ export class World {
       persistDir,
       onLog: (line) => {
         try {
-          this.logs.push({ ...JSON.parse(line), replica: persistDir !== this.persistDir });
+          const entry = JSON.parse(line) as LogLine;
+          this.logs.push({ ...entry, replica: persistDir !== this.persistDir });
+          if (entry.level === 'error')
+            this.trace.add(`log ${entry.event}: ${JSON.stringify(entry.error ?? '').slice(0, 160)}`);
         } catch {
           // By design: workerd's own lines (not JSON) are not the service's log.
         }
@@ -125,7 +128,8 @@ export class World {
   }
 
   async setReplica(on: boolean): Promise<void> {
-    if (on && !this.replica) this.replica = await this.boot(join(this.stack.tempDir, `${this.name}-replica-${++this.persistGen}`));
+    if (on && !this.replica)
+      this.replica = await this.boot(join(this.stack.tempDir, `${this.name}-replica-${++this.persistGen}`));
     else if (!on && this.replica) {
       const r = this.replica;
       this.replica = null;
@@ -144,7 +148,11 @@ export class World {
    * One request to the service, recorded. A lost answer (the runtime disposed under it, a
    * timeout) is null, never thrown: it is what a client sees.
    */
-  async call(what: string, path: string, init: RequestInit = {}): Promise<{ status: number; body: unknown } | null> {
+  async call(
+    what: string,
+    path: string,
+    init: RequestInit = {},
+  ): Promise<{ status: number; body: unknown } | null> {
     while (this.restarting) await this.restarting;
     const before = this.disruptions + this.dbFaults.fired;
     const locks = this.dbFaults.locksHeld;
@@ -162,10 +170,13 @@ export class World {
     } catch {
       result = null;
     }
-    const underFault = locks > 0 || this.dbFaults.locksHeld > 0 || this.disruptions + this.dbFaults.fired !== before;
+    const underFault =
+      locks > 0 || this.dbFaults.locksHeld > 0 || this.disruptions + this.dbFaults.fired !== before;
     const code = (result?.body as { error?: { code?: string } } | undefined)?.error?.code;
     this.answers.push({ step: this.trace.step, what, status: result?.status ?? 'lost', code, underFault });
-    this.trace.add(`${what} → ${result ? `${result.status}${code ? ` ${code}` : ''}` : 'lost'}${underFault ? ' (under fault)' : ''}`);
+    this.trace.add(
+      `${what} → ${result ? `${result.status}${code ? ` ${code}` : ''}` : 'lost'}${underFault ? ' (under fault)' : ''}`,
+    );
     return result;
   }
 

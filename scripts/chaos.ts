@@ -25,7 +25,12 @@ const numRuns = Number(values.schedules);
 const seed = values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(values.seed);
 const maxParts = Number(values.parts);
 const shrinkMs = Number(values['shrink-seconds']) * 1000;
-for (const [name, v] of [['--schedules', numRuns], ['--seed', seed], ['--parts', maxParts], ['--shrink-seconds', shrinkMs]] as const)
+for (const [name, v] of [
+  ['--schedules', numRuns],
+  ['--seed', seed],
+  ['--parts', maxParts],
+  ['--shrink-seconds', shrinkMs],
+] as const)
   if (!Number.isSafeInteger(v) || v < 0) {
     console.error(`[chaos] ${name} must be a whole number`);
     process.exit(2);
@@ -51,7 +56,9 @@ try {
       exit = 1;
     }
   } else {
-    say(`seed ${seed}, ${numRuns} schedule(s) of up to ${maxParts} parts (episodes or single steps)${values.path ? `, path ${values.path}` : ''}`);
+    say(
+      `seed ${seed}, ${numRuns} schedule(s) of up to ${maxParts} parts (episodes or single steps)${values.path ? `, path ${values.path}` : ''}`,
+    );
     // After the first failure only that invariant counts, so the shrinker keeps the finding.
     let target: string | null = null;
     let firstFailureAt: number | null = null;
@@ -62,7 +69,11 @@ try {
       const result = await runSchedule(stack, schedule, index++);
       if (firstFailureAt === null) stats.add(result);
       const line = `schedule ${result.index}: ${result.steps} steps, ${result.durationMs} ms, ${
-        result.harnessError ? 'HARNESS ERROR' : result.violated.length ? `VIOLATED ${result.violated.map((c) => c.name).join(', ')}` : 'ok'
+        result.harnessError
+          ? 'HARNESS ERROR'
+          : result.violated.length
+            ? `VIOLATED ${result.violated.map((c) => c.name).join(', ')}`
+            : 'ok'
       }`;
       if (!values.quiet || result.violated.length) say(firstFailureAt === null ? line : `shrinking: ${line}`);
       if (values.verbose) console.log(result.trace);
@@ -85,11 +96,13 @@ try {
       const file = `${OUT_DIR}failure-${seed}.json`;
       writeFileSync(file, JSON.stringify(schedule, null, 2));
       say(`FAILED: seed ${seed}, path ${out.counterexamplePath}, ${out.numShrinks} shrink(s)`);
-      say(`replay: npm run chaos -- --seed ${seed} --path ${out.counterexamplePath} --parts ${maxParts}   (or --replay ${file})`);
+      say(
+        `replay: npm run chaos -- --seed ${seed} --path ${out.counterexamplePath} --parts ${maxParts}   (or --replay ${file})`,
+      );
       if (result) printFailure(result, schedule);
       exit = 1;
     } else if (out.failed) {
-      say(`FAILED: ${out.interrupted ? "interrupted" : "too many skips"}`);
+      say(`FAILED: ${out.interrupted ? 'interrupted' : 'too many skips'}`);
       exit = 1;
     }
   }

@@ -5,6 +5,7 @@ import { ZodError } from 'zod';
 import { systemClock } from './clock';
 import type { AppEnv } from './context';
 import { openPool } from './db/pool';
+import { isDatabaseUnavailable } from './db/unavailable';
 import { loadConfig } from './env';
 import { AppError, type ErrorBody } from './errors';
 import { bearerToken } from './lib/bearer';
@@ -62,6 +63,12 @@ export function renderError(err: Error, c: Context<AppEnv>): Response {
     appErr = new AppError('validation_failed', 'Request validation failed', err.issues);
   else if (err instanceof HTTPException && err.status < 500) {
     appErr = new AppError(err.status === 404 ? 'not_found' : 'bad_request', err.message || 'Bad request');
+  } else if (isDatabaseUnavailable(err)) {
+    // Not a bug: the database could not answer (connection lost, timeout). Retryable.
+    log.warn('db_unavailable', { requestId, path: c.req.path, error: err });
+    appErr = new AppError('service_unavailable', 'The database is unavailable; retry', undefined, {
+      'retry-after': '1',
+    });
   } else {
     log.error('unhandled_error', { requestId, path: c.req.path, error: err });
     appErr = new AppError('internal_error', 'Internal error');
