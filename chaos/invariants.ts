@@ -49,7 +49,16 @@ export const INVARIANTS: Record<string, Check> = {
           exempt++;
           continue;
         }
-        violations.push(`Typing by ${r.operator.operator_id} left on ${messageId}`);
+        const ledger = await rows(
+          world,
+          `select id, add_state, settled_at, settled_by, settle_outcome, next_attempt_at, attempts, last_error, taskless,
+                  reaction_id is not null as has_reaction_id, cleaned_at, abandoned_at
+             from channel_typing_reaction where source_message_id = $1`,
+          [messageId],
+        );
+        violations.push(
+          `Typing by ${r.operator.operator_id} left on ${messageId}; ledger: ${JSON.stringify(ledger)}`,
+        );
       }
     return { violations, exempt };
   },

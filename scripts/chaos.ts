@@ -19,12 +19,15 @@ const { values } = parseArgs({
     'shrink-seconds': { type: 'string', default: '300' },
     quiet: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
+    // Stop starting schedules after this many minutes (0: no limit); the report says how many ran.
+    minutes: { type: 'string', default: '0' },
   },
 });
 const numRuns = Number(values.schedules);
 const seed = values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(values.seed);
 const maxParts = Number(values.parts);
 const shrinkMs = Number(values['shrink-seconds']) * 1000;
+const minutes = Number(values.minutes);
 for (const [name, v] of [
   ['--schedules', numRuns],
   ['--seed', seed],
@@ -88,7 +91,14 @@ try {
       results.set(JSON.stringify(schedule), result);
       return false;
     });
-    const out = await fc.check(property, { seed, numRuns, path: values.path, endOnFailure: false });
+    const out = await fc.check(property, {
+      seed,
+      numRuns,
+      path: values.path,
+      endOnFailure: false,
+      ...(minutes > 0 ? { interruptAfterTimeLimit: minutes * 60_000, markInterruptAsFailure: false } : {}),
+    });
+    if (out.interrupted) say(`time limit of ${minutes} min reached after ${stats.schedules} schedule(s)`);
     if (out.failed && out.counterexample) {
       const [schedule] = out.counterexample;
       const result = results.get(JSON.stringify(schedule));
