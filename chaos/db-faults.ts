@@ -66,7 +66,7 @@ export async function startDbFaults(databaseUrl: string, port = 0): Promise<DbFa
     },
     holdLock(table, ms) {
       const client = new pg.Client({ connectionString: databaseUrl });
-      let release = () => undefined as void;
+      let release: () => void = () => undefined;
       const released = new Promise<void>((r) => {
         release = r;
       });

@@ -82,7 +82,8 @@ try {
       if (values.verbose) console.log(result.trace);
       if (result.harnessError) {
         say(result.harnessError.split('\n').slice(0, 3).join(' | '));
-        return target !== null ? true : false;
+        // A harness error fails the run; while shrinking it is a candidate that did not reproduce.
+        return target !== null;
       }
       const hit = result.violated.filter((c) => target === null || c.name === target);
       if (hit.length === 0) return true;
