@@ -2,10 +2,9 @@ import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import { migrate } from '../scripts/lib/migrator';
 import { adminQuery, usePostgres, withDatabase } from '../scripts/lib/postgres';
-import { MIGRATIONS_DIR } from '../test/setup/stack';
+import { dropRunDatabases, MIGRATIONS_DIR } from '../test/setup/stack';
 import { type Bundles, buildBundles } from './runtime';
 
 const TEST_CLOCK_SQL = fileURLToPath(new URL('../test/setup/test-clock.sql', import.meta.url));
@@ -61,17 +60,7 @@ export async function startChaosStack(): Promise<ChaosStack> {
       await adminQuery(server.adminUrl, `drop database if exists ${prefix}_${name} with (force)`);
     },
     async stop() {
-      const c = new pg.Client({ connectionString: server.adminUrl });
-      await c.connect();
-      try {
-        const { rows } = await c.query<{ datname: string }>(
-          `select datname from pg_database where datname like $1 || '\\_%'`,
-          [prefix],
-        );
-        for (const { datname } of rows) await c.query(`drop database if exists ${datname} with (force)`);
-      } finally {
-        await c.end();
-      }
+      await dropRunDatabases(server.adminUrl, prefix);
       await server.stop();
       await rm(tempDir, { recursive: true, force: true });
       for (const file of [bundles.main, bundles.retention, bundles.probe])
