@@ -26,6 +26,8 @@ export interface ChaosStack {
 }
 
 export async function startChaosStack(): Promise<ChaosStack> {
+  // Bundles first: a build that fails then leaves no Postgres server behind.
+  const bundles = await buildBundles();
   const tempDir = await mkdtemp(join(tmpdir(), 'reaction-ledger-chaos-'));
   await chmod(tempDir, 0o755);
   const server = await usePostgres({
@@ -46,7 +48,6 @@ export async function startChaosStack(): Promise<ChaosStack> {
     await server.stop();
     throw err;
   }
-  const bundles = await buildBundles();
   return {
     adminUrl: server.adminUrl,
     bundles,
