@@ -5,7 +5,7 @@ import { ZodError } from 'zod';
 import { systemClock } from './clock';
 import type { AppEnv } from './context';
 import { openPool } from './db/pool';
-import { dbUnavailable, isConnectionRefusal } from './db/refusal';
+import { dbUnavailable, isDatabaseUnavailable } from './db/refusal';
 import { loadConfig } from './env';
 import { AppError, type ErrorBody } from './errors';
 import { bearerToken } from './lib/bearer';
@@ -63,9 +63,10 @@ export function renderError(err: Error, c: Context<AppEnv>): Response {
     appErr = new AppError('validation_failed', 'Request validation failed', err.issues);
   else if (err instanceof HTTPException && err.status < 500) {
     appErr = new AppError(err.status === 404 ? 'not_found' : 'bad_request', err.message || 'Bad request');
-  } else if (isConnectionRefusal(err)) {
-    // Overload or a restarting server, not a bug: a retryable 503 (Lark redelivers), never a
-    // 500. Logged once per request as a warning; the alert is on its rate, not on each one.
+  } else if (isDatabaseUnavailable(err)) {
+    // Overload, a restarting server, a connection lost mid-statement or a statement/lock budget
+    // spent: not a bug, a retryable 503 (Lark redelivers), never a 500. Logged once per request
+    // as a warning; the alert is on its rate, not on each one.
     log.warn('db_unavailable', { requestId, path: c.req.path, error: err });
     appErr = dbUnavailable();
   } else {

@@ -10,7 +10,15 @@ const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
 
 export interface Bridge {
   port: number;
+  /** Drops every open connection at once, both ends, mid-statement or not (the chaos run's fault). */
+  cutAll(): number;
   close(): Promise<void>;
+}
+
+/** One accepted connection, for a tap that decides to drop it (chaos/db-faults.ts). */
+export interface BridgeConnection {
+  /** Drops the connection at once, both ends: nothing more passes either way. */
+  cut(): void;
 }
 
 /** Sees every chunk of one connection as it passes (the bench counts protocol messages). */
@@ -23,7 +31,7 @@ export interface FrameTap {
 
 export interface BridgeOptions {
   /** Called once per accepted connection; the tap it returns sees that connection's chunks. */
-  onConnection?: () => FrameTap;
+  onConnection?: (conn: BridgeConnection) => FrameTap;
 }
 
 export async function startBridge(port = 0, host = '127.0.0.1', opts: BridgeOptions = {}): Promise<Bridge> {
@@ -32,6 +40,7 @@ export async function startBridge(port = 0, host = '127.0.0.1', opts: BridgeOpti
     wss.once('listening', resolve);
     wss.once('error', reject);
   });
+  const live = new Set<() => void>();
   wss.on('connection', (socket, req) => {
     const address = new URL(req.url ?? '/', 'http://bridge').searchParams.get('address') ?? '';
     const sep = address.lastIndexOf(':');
@@ -41,7 +50,8 @@ export async function startBridge(port = 0, host = '127.0.0.1', opts: BridgeOpti
       socket.close(1008, 'loopback targets only');
       return;
     }
-    const tap = opts.onConnection?.() ?? {};
+    let cut = false;
+    const tap = opts.onConnection?.({ cut: () => cutNow() }) ?? {};
     const tcp = connect(targetPort, targetHost.replace(/^\[|\]$/g, ''));
     tcp.setNoDelay(true);
     const pending: Buffer[] = [];
@@ -52,17 +62,28 @@ export async function startBridge(port = 0, host = '127.0.0.1', opts: BridgeOpti
     });
     socket.on('message', (data: Buffer) => {
       tap.client?.(data);
+      // A tap may have cut the connection on this very chunk: it must not reach Postgres.
+      if (cut) return;
       if (open) tcp.write(data);
       else pending.push(data);
     });
     tcp.on('data', (chunk) => {
       tap.server?.(chunk);
-      if (socket.readyState === socket.OPEN) socket.send(chunk);
+      if (!cut && socket.readyState === socket.OPEN) socket.send(chunk);
     });
     const closeBoth = () => {
+      live.delete(cutNow);
       tcp.destroy();
       if (socket.readyState === socket.OPEN) socket.close();
     };
+    // A cut says goodbye to neither end: no close frame, no Terminate message.
+    function cutNow() {
+      cut = true;
+      live.delete(cutNow);
+      tcp.destroy();
+      socket.terminate();
+    }
+    live.add(cutNow);
     tcp.on('error', closeBoth);
     tcp.on('close', closeBoth);
     socket.on('close', closeBoth);
@@ -71,6 +92,11 @@ export async function startBridge(port = 0, host = '127.0.0.1', opts: BridgeOpti
   const actual = (wss.address() as { port: number }).port;
   return {
     port: actual,
+    cutAll: () => {
+      const all = [...live];
+      for (const closeOne of all) closeOne();
+      return all.length;
+    },
     close: () =>
       new Promise((resolve) => {
         for (const c of wss.clients) c.terminate();

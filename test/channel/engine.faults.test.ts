@@ -128,6 +128,29 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
     expect(await turns(pool, chat)).toHaveLength(1);
   });
 
+  it("a replacement generation later than Lark's one-hour uuid dedup does not post again: the turn fails visibly", async () => {
+    // Found by the chaos run (seed 1000): the reply applied at Lark, the runtime restarted
+    // under it, and recovery ran after a clock jump past the dedup window: a second reply.
+    const chat = newChat(suite.app);
+    const anchor = await say(chat, 'reply once, even after an outage');
+    await pump(chat);
+    await flushOnly(chat);
+    await doomedWorkerRuns(chat, { deliver: true });
+    expect(await repliesTo(anchor)).toHaveLength(1);
+    // The outage: neither the minute cron nor anything else runs for two hours (Lark's clock too).
+    await advanceDbClock(pool, 2 * 3_600_000);
+    await emu('clock', { advanceMs: 2 * 3_600_000 });
+    try {
+      await minuteCron();
+      expect(await untilSettled(pool, chat, 1)).toMatchObject({ outcome: 'failed', generation: 2 });
+      expect(await repliesTo(anchor)).toHaveLength(1);
+    } finally {
+      // The file's later tests sign webhook deliveries on the Worker's clock: put both back.
+      await advanceDbClock(pool, -2 * 3_600_000);
+      await emu('clock', { advanceMs: -2 * 3_600_000 });
+    }
+  });
+
   it("a Lark user's message gets a reply exactly once even when a worker dies mid-turn before posting", async () => {
     const chat = newChat(suite.app);
     const anchor = await say(chat, 'are you there?');

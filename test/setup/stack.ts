@@ -94,8 +94,8 @@ export function appDatabaseUrl(directUrl: string, pgbouncerPort: number): string
   return url.toString();
 }
 
-/** Drops the template and any file database a crashed file left behind. */
-async function dropRunDatabases(adminUrl: string, prefix: string): Promise<void> {
+/** Drops the template and any file database a crashed file left behind (the chaos run's too). */
+export async function dropRunDatabases(adminUrl: string, prefix: string): Promise<void> {
   const client = new pg.Client({ connectionString: adminUrl });
   await client.connect();
   try {

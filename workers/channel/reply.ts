@@ -1,3 +1,4 @@
+import type { Pool } from '@neondatabase/serverless';
 import { agentFor } from '../agents';
 import { Deadline } from '../clock';
 import { onPool } from '../db/pool';
@@ -13,6 +14,14 @@ import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
 /** Lark's part of a reply run (token + post, with one token refresh) gets this much. */
 export const DELIVERY_BUDGET_MS = 8000;
+
+/**
+ * Lark deduplicates a reply `uuid` for one hour (docs/channel.md). A replacement generation
+ * (one after an attempt that may have posted) starting later than this after the turn began
+ * does not post: Lark would no longer recognize the uuid and a second reply would appear. The
+ * margin covers the first attempt's own duration and clock differences.
+ */
+export const REPLY_UUID_SAFE_MS = 50 * 60_000;
 
 /** The reply's Lark `uuid` (≤ 50 chars): the turn's delivery key, an effect id. */
 export function deliveryUuid(args: Pick<ReplyArgs, 'deliveryKey'>, effectId: string): string {
@@ -40,10 +49,21 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
     async run(effect: ClaimedEffect, signal: AbortSignal, ctx?: EffectRunContext): Promise<ReplyResult> {
       const args = effect.args as ReplyArgs;
       const config = deps.config();
-      const installation = await onPool(config, ctx?.pool, (pool) =>
-        loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
-      );
+      const { installation, pastDedup } = await onPool(config, ctx?.pool, async (pool) => ({
+        installation: await loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
+        pastDedup: args.generation > 1 && (await turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
+      }));
       if (!installation) return { outcome: 'failed', replyMessageId: null, reason: 'installation_gone' };
+      // At most one reply per turn outranks an answer: an earlier generation may have posted,
+      // and Lark's uuid dedup no longer covers it (found by the chaos run after an outage).
+      if (pastDedup) {
+        log.warn('channel_reply_past_dedup_window', {
+          sessionId: args.sessionId,
+          turnNo: args.turnNo,
+          generation: args.generation,
+        });
+        return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
+      }
       const agent = agentFor(config);
       const answer = await agent.reply(
         {
@@ -100,6 +120,20 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       }
     },
   };
+}
+
+/** Whether the turn began more than `ms` ago in database time (its `channel_turns.started_at`). */
+async function turnOlderThan(
+  pool: Pick<Pool, 'query'>,
+  args: Pick<ReplyArgs, 'sessionId' | 'turnNo'>,
+  ms: number,
+): Promise<boolean> {
+  const { rows } = await pool.query<{ old: boolean }>(
+    `select started_at <= app_now() - $3 * interval '1 millisecond' as old
+       from channel_turns where session_id = $1 and turn_no = $2`,
+    [args.sessionId, args.turnNo, ms],
+  );
+  return rows[0]?.old === true;
 }
 
 /** `channel.turn-settled`: the after-commit half of settlement (badge withdrawal). */

@@ -32,7 +32,25 @@ export function isConnectionRefusal(err: unknown): boolean {
 }
 
 /**
- * The retryable 503 for a refused connection: Lark (and any client) retries it later. A
+ * Wider than a refusal: whether the database could not answer this request at all (refused,
+ * a connection lost mid-statement, the server ending it, a statement or lock budget spent),
+ * as opposed to a bug or bad data. Such a request answers the 503 below, never a 500: the
+ * chaos run (chaos/) found a connection dropped mid-statement rendered as a 500 on the
+ * webhook and on /v1 writes. Not retried in place (a lost statement may have committed).
+ */
+const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '55P03', '57014']);
+const UNAVAILABLE_MESSAGES = [/Network connection lost/i];
+
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (isConnectionRefusal(err)) return true;
+  const state = sqlState(err);
+  if (state) return UNAVAILABLE_SQLSTATES.has(state) || state.startsWith('08');
+  const message = err instanceof Error ? err.message : '';
+  return UNAVAILABLE_MESSAGES.some((re) => re.test(message));
+}
+
+/**
+ * The retryable 503 when the database is unavailable: Lark (and any client) retries it later. A
  * refusal at connect comes before any statement, so nothing was written; a connection lost
  * while a statement ran may have committed it, and the retry is then answered as a duplicate.
  */

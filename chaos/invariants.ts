@@ -1,0 +1,358 @@
+import type { Model } from './workload';
+import type { World } from './world';
+
+/**
+ * The invariants checked after a schedule quiesces, each by name. A check returns its
+ * violations (empty: it held); `exempt` counts cases the design leaves to an operator.
+ */
+export interface CheckResult {
+  name: string;
+  violations: string[];
+  exempt?: number;
+}
+
+type Check = (world: World, model: Model) => Promise<Omit<CheckResult, 'name'>>;
+
+const RECEIPT_DAYS = 30;
+const FENCE_DAYS = 90;
+const DRAIN_GRACE_MS = 3_600_000;
+const DAY_MS = 86_400_000;
+
+async function rows<T>(world: World, sql: string, params: unknown[] = []): Promise<T[]> {
+  return (await world.db.query(sql, params)).rows as T[];
+}
+
+const ourApps = (model: Model) => new Set(model.installations.map((i) => i.app.app_id));
+
+export const INVARIANTS: Record<string, Check> = {
+  /** No app Typing badge left on any message once Lark is healthy and the windows passed. */
+  async 'typing.no_badge_left'(world, model) {
+    const apps = ourApps(model);
+    const violations: string[] = [];
+    let exempt = 0;
+    const expired = new Set(
+      (
+        await rows<{ source_message_id: string }>(
+          world,
+          `select source_message_id from channel_typing_reaction where retention_outcome = 'expired'`,
+        )
+      ).map((r) => r.source_message_id),
+    );
+    for (const [messageId, list] of world.lark.state.reactions)
+      for (const r of list) {
+        if (r.reaction_type.emoji_type !== 'Typing' || r.operator.operator_type !== 'app') continue;
+        if (!apps.has(r.operator.operator_id)) continue;
+        const inst = model.installations.find((i) => i.app.app_id === r.operator.operator_id)!;
+        // docs/typing-ledger.md: rotated, then deleted before the withdrawal, or past the
+        // seven-day lifetime in one clock jump: the badge is an operator's (manual removal).
+        if ((inst.rotated && inst.deleted) || expired.has(messageId)) {
+          exempt++;
+          continue;
+        }
+        const ledger = await rows(
+          world,
+          `select id, add_state, settled_at, settled_by, settle_outcome, next_attempt_at, attempts, last_error, taskless,
+                  reaction_id is not null as has_reaction_id, cleaned_at, abandoned_at
+             from channel_typing_reaction where source_message_id = $1`,
+          [messageId],
+        );
+        violations.push(
+          `Typing by ${r.operator.operator_id} left on ${messageId}; ledger: ${JSON.stringify(ledger)}`,
+        );
+      }
+    return { violations, exempt };
+  },
+
+  /** No reaction deleted that is not the app's own (a human's, another app's). */
+  async 'lark.no_foreign_reaction_deleted'(world, model) {
+    const violations = model.foreign
+      .filter(
+        (f) =>
+          !(world.lark.state.reactions.get(f.messageId) ?? []).some((r) => r.reaction_id === f.reactionId),
+      )
+      .map((f) => `foreign reaction ${f.reactionId} on ${f.messageId} deleted`);
+    return { violations };
+  },
+
+  /** At most one reply per turn (per delivery key), and per anchor no more than its turns. */
+  async 'channel.at_most_one_reply_per_turn'(world) {
+    const violations: string[] = [];
+    const byUuid = new Map<string, number>();
+    const byAnchor = new Map<string, number>();
+    for (const m of world.lark.state.messages.values()) {
+      if (!m.parent_id || m.sender.sender_type !== 'app') continue;
+      byAnchor.set(m.parent_id, (byAnchor.get(m.parent_id) ?? 0) + 1);
+      if (m.reply_uuid) byUuid.set(m.reply_uuid, (byUuid.get(m.reply_uuid) ?? 0) + 1);
+    }
+    for (const [uuid, n] of byUuid) if (n > 1) violations.push(`${n} replies with uuid ${uuid}`);
+    const turns = await rows<{ anchor_message_id: string; n: number }>(
+      world,
+      'select anchor_message_id, count(*)::int as n from chaos.turns group by anchor_message_id',
+    );
+    const turnsAt = new Map(turns.map((t) => [t.anchor_message_id, t.n]));
+    for (const [anchor, n] of byAnchor)
+      if (n > (turnsAt.get(anchor) ?? 0))
+        violations.push(`${n} replies on ${anchor}, ${turnsAt.get(anchor) ?? 0} turn(s)`);
+    return { violations };
+  },
+
+  /** Every accepted message is in a settled turn: answered (the reply exists) or failed visibly. */
+  async 'channel.every_message_answered_or_failed'(world, model) {
+    const violations: string[] = [];
+    let exempt = 0;
+    const accepted = new Set(model.events.filter((e) => e.status === 200).map((e) => e.messageId));
+    const inputs = await rows<{
+      message_id: string;
+      position: string;
+      session_id: string;
+      installation_id: string;
+    }>(
+      world,
+      `select distinct on (message_id) message_id, position, session_id, installation_id
+         from chaos.inputs where position is not null order by message_id, id desc`,
+    );
+    const byMessage = new Map(inputs.map((i) => [i.message_id, i]));
+    const turns = await rows<{
+      session_id: string;
+      first_position: string;
+      cutoff_position: string;
+      outcome: string | null;
+      reply_message_id: string | null;
+    }>(
+      world,
+      'select session_id, first_position, cutoff_position, outcome, reply_message_id from chaos.turns',
+    );
+    for (const messageId of accepted) {
+      const input = byMessage.get(messageId);
+      if (!input) {
+        violations.push(`accepted ${messageId} has no recorded input`);
+        continue;
+      }
+      const pos = Number(input.position);
+      const turn = turns.find(
+        (t) =>
+          t.session_id === input.session_id &&
+          Number(t.first_position) <= pos &&
+          pos <= Number(t.cutoff_position),
+      );
+      const inst = model.installations.find((i) => i.id === input.installation_id);
+      if (!turn || turn.outcome === null) {
+        // A deleted installation's conversation cannot be answered; its input stays unturned.
+        if (inst?.deleted) exempt++;
+        else
+          violations.push(
+            `accepted ${messageId} (pos ${pos}) ${turn ? 'in an unsettled turn' : 'in no turn'}`,
+          );
+        continue;
+      }
+      if (
+        turn.outcome === 'delivered' &&
+        (!turn.reply_message_id || !world.lark.state.messages.has(turn.reply_message_id))
+      )
+        violations.push(`turn of ${messageId} delivered, but reply ${turn.reply_message_id} is not at Lark`);
+    }
+    return { violations, exempt };
+  },
+
+  /** Every ledger row terminal, or pending within its lifetime. */
+  async 'ledger.terminal_or_pending_in_lifetime'(world) {
+    const bad = await rows<{ id: string }>(
+      world,
+      `select id from channel_typing_reaction
+        where cleaned_at is null and abandoned_at is null and expires_at <= app_now()`,
+    );
+    return { violations: bad.map((r) => `ledger row ${r.id} pending past its lifetime`) };
+  },
+
+  /** No snapshot on (or written after) a terminal row. */
+  async 'ledger.no_snapshot_after_terminal'(world) {
+    const now = await rows<{ id: string }>(
+      world,
+      `select id from channel_typing_reaction
+        where (cleaned_at is not null or abandoned_at is not null) and credential_snapshot is not null`,
+    );
+    const seen = await rows<{ row_id: string }>(
+      world,
+      'select row_id from chaos.ledger_transitions where snapshot_after_terminal',
+    );
+    return {
+      violations: [...now.map((r) => r.id), ...seen.map((r) => r.row_id)].map(
+        (id) => `snapshot on terminal row ${id}`,
+      ),
+    };
+  },
+
+  /** No terminal ledger row made live again. */
+  async 'ledger.no_revival'(world) {
+    const seen = await rows<{ row_id: string }>(
+      world,
+      'select row_id from chaos.ledger_transitions where revived',
+    );
+    return { violations: seen.map((r) => `terminal row ${r.row_id} revived`) };
+  },
+
+  /** No retired or expired mobile operation applied. */
+  async 'mobile.no_retired_or_expired_applied'(_world, model) {
+    const violations: string[] = [];
+    for (const op of model.mobile)
+      for (const a of op.attempts) {
+        if (a.kind !== 'applied') continue;
+        if (op.retiredAt !== null && a.at > op.retiredAt)
+          violations.push(`operation ${op.operationId} applied after its retirement was acknowledged`);
+        if (op.expiresAtMs !== null && a.sentAtDbMs > op.expiresAtMs)
+          violations.push(`operation ${op.operationId} applied after its ticket expired`);
+      }
+    return { violations };
+  },
+
+  /** The message's reactions equal the last admitted choice per actor (an unknown answer allows either). */
+  async 'mobile.reactions_equal_last_choice'(world, model) {
+    const violations: string[] = [];
+    const present = new Set(
+      (
+        await rows<{ message_id: string; actor_id: string; emoji: string }>(
+          world,
+          'select message_id, actor_id, emoji from private.message_reactions',
+        )
+      ).map((r) => `${r.message_id}|${r.actor_id}|${r.emoji}`),
+    );
+    const attempts = model.mobile
+      .flatMap((op) => op.attempts.map((a) => ({ op, a })))
+      .sort((x, y) => x.a.at - y.a.at);
+    const allowed = new Map<string, Set<boolean>>();
+    for (const { op, a } of attempts) {
+      const key = `${op.messageId}|chaos-a${op.actor}|${op.emoji}`;
+      const want = op.desired === 'present';
+      if (a.kind === 'applied') allowed.set(key, new Set([want]));
+      else if (a.kind === 'unknown')
+        (allowed.get(key) ?? allowed.set(key, new Set([false])).get(key)!).add(want);
+    }
+    for (const [key, ok] of allowed) {
+      const is = present.has(key);
+      if (!ok.has(is))
+        violations.push(
+          `${key} is ${is ? 'present' : 'absent'}; admitted choices allow ${[...ok].join('/')}`,
+        );
+    }
+    return { violations };
+  },
+
+  /** No receipt or fence deleted before its eligibility. */
+  async 'retention.no_early_delete'(world) {
+    const deleted = await rows<{
+      tbl: string;
+      at: Date;
+      row_data: { created_at: string; ticket_expires_at: string | null; operation_id: string };
+    }>(world, 'select tbl, at, row_data from chaos.retention_deletes');
+    const violations: string[] = [];
+    for (const d of deleted) {
+      const days = d.tbl === 'chat_reaction_operations' ? RECEIPT_DAYS : FENCE_DAYS;
+      const at = d.at.getTime();
+      const created = Date.parse(d.row_data.created_at);
+      const ticketEnd = d.row_data.ticket_expires_at ? Date.parse(d.row_data.ticket_expires_at) : null;
+      if (created + days * DAY_MS > at)
+        violations.push(
+          `${d.tbl} ${d.row_data.operation_id} deleted ${((at - created) / DAY_MS).toFixed(2)} days after creation`,
+        );
+      else if (ticketEnd !== null && ticketEnd + DRAIN_GRACE_MS > at)
+        violations.push(`${d.tbl} ${d.row_data.operation_id} deleted before its ticket expiry + drain grace`);
+    }
+    return { violations };
+  },
+
+  /** The cleanup never deleted after an acknowledged stop (unless enabled again after it). */
+  async 'retention.no_cleanup_after_stop'(world, model) {
+    const deleted = await rows<{ at: Date; tbl: string }>(
+      world,
+      'select at, tbl from chaos.retention_deletes',
+    );
+    const violations: string[] = [];
+    for (const d of deleted) {
+      const at = d.at.getTime();
+      const stop = model.retention.stopAcks.filter((s) => s < at).at(-1);
+      if (stop === undefined) continue;
+      if (model.retention.enableSends.some((e) => e > stop && e < at)) continue;
+      violations.push(`${d.tbl} row deleted ${at - stop} ms after a stop was acknowledged`);
+    }
+    return { violations };
+  },
+
+  /** No deadlock (40P01) in this schedule's database. */
+  async 'db.no_deadlock'(world) {
+    const [r] = await rows<{ deadlocks: string }>(
+      world,
+      'select deadlocks from pg_stat_database where datname = current_database()',
+    );
+    const logged = world.logs.filter((l) => JSON.stringify(l).includes('40P01')).length;
+    const violations: string[] = [];
+    if (Number(r?.deadlocks ?? 0) > 0) violations.push(`${r!.deadlocks} deadlock(s) in pg_stat_database`);
+    if (logged > 0) violations.push(`${logged} log line(s) name 40P01`);
+    return { violations };
+  },
+
+  /** No 5xx but under an injected database fault or restart (503 retry answers). */
+  async 'http.no_unexpected_5xx'(world) {
+    const violations = world.answers
+      .filter((a) => typeof a.status === 'number' && a.status >= 500 && !(a.underFault && a.status === 503))
+      .map(
+        (a) =>
+          `step ${a.step}: ${a.what} → ${a.status} ${a.code ?? ''}${a.underFault ? ' (under fault)' : ''}`,
+      );
+    return { violations };
+  },
+
+  /** Every effect terminal, scheduled later, or owned by a live process. */
+  async 'effects.terminal_or_owned'(world) {
+    const bad = await rows<{ id: string; status: string; kind: string }>(
+      world,
+      `select e.id, e.status, e.kind from effects e
+        where e.status = 'processing' and not exists (
+                select 1 from effect_processes p
+                 where p.id = e.locked_by and p.stopped_at_ms is null
+                   and p.heartbeat_at_ms >= app_now_ms() - 30000)
+           or (e.status = 'pending' and e.run_at_ms <= app_now_ms())`,
+    );
+    return { violations: bad.map((e) => `effect ${e.id} (${e.kind}) ${e.status}, no live owner`) };
+  },
+
+  /** Every retirement has exactly one recovery message. */
+  async 'effects.one_recovery_per_retirement'(world) {
+    const bad = await rows<{ effect_id: string; n: number }>(
+      world,
+      `select r.effect_id, count(m.id)::int as n
+         from effect_recoveries r
+         left join chaos.recovery_messages m
+           on m.instance_id = r.origin_instance_id and m.message_key = 'effect:' || r.effect_id || ':recovery'
+        where r.retired_at_ms is not null
+        group by r.effect_id having count(m.id) <> 1`,
+    );
+    return { violations: bad.map((r) => `retired effect ${r.effect_id}: ${r.n} recovery messages`) };
+  },
+
+  /** Rows per table bounded by the work done (no table grows without its owner pruning it). */
+  async 'tables.bounded'(world, model) {
+    const work = model.events.length + model.mobile.length * 2 + 10;
+    const counts = await rows<{ relname: string; n: string }>(
+      world,
+      `select c.relname, (xpath('/row/n/text()', query_to_xml(format('select count(*) as n from %I.%I', n.nspname, c.relname), false, true, '')))[1]::text as n
+         from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        where c.relkind = 'r' and n.nspname in ('public', 'private')`,
+    );
+    const violations = counts
+      .filter((c) => Number(c.n) > 20 * work)
+      .map((c) => `${c.relname}: ${c.n} rows for ${work} units of work`);
+    return { violations };
+  },
+};
+
+export async function checkAll(world: World, model: Model): Promise<CheckResult[]> {
+  const out: CheckResult[] = [];
+  for (const [name, check] of Object.entries(INVARIANTS)) {
+    try {
+      out.push({ name, ...(await check(world, model)) });
+    } catch (err) {
+      out.push({ name, violations: [`check failed to run: ${(err as Error).message}`] });
+    }
+  }
+  return out;
+}

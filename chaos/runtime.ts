@@ -1,0 +1,150 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { Miniflare } from 'miniflare';
+
+/**
+ * The service as it deploys: both Workers' deploy bundles (`wrangler deploy --dry-run`, as
+ * `npm run build:check` builds them) in one Miniflare, the main Worker first with the
+ * RETENTION service binding reaching the cleanup Worker. A runtime is disposable: a schedule
+ * disposes it and starts another between any two steps, and can run two at once on one
+ * database (two replicas). Durable Object storage persists in `persistDir` across restarts
+ * of the same replica; memory (in-flight work, caches) does not.
+ */
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+export const MAIN_CONFIG = join(ROOT, 'wrangler.toml');
+export const RETENTION_CONFIG = join(ROOT, 'retention.wrangler.toml');
+const RETENTION_NAME = 'reaction-ledger-retention';
+const PROBE_NAME = 'reaction-ledger-chaos-probe';
+
+const PROBE_CONFIG = join(ROOT, 'chaos/probe.wrangler.toml');
+
+export interface Bundles {
+  main: string;
+  retention: string;
+  /** chaos/probe-worker.ts: runs a typing-maintenance pass on request. */
+  probe: string;
+}
+
+/** `wrangler deploy --dry-run` of one config. */
+async function bundle(args: string[]): Promise<string> {
+  const outdir = await mkdtemp(join(tmpdir(), 'reaction-ledger-chaos-bundle-'));
+  await promisify(execFile)(
+    join(ROOT, 'node_modules/.bin/wrangler'),
+    ['deploy', '--dry-run', '--outdir', outdir, ...args],
+    {
+      cwd: ROOT,
+      env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_CF_FETCH_ENABLED: 'false' },
+    },
+  );
+  const script = (await readdir(outdir)).find((name) => name.endsWith('.js'));
+  if (!script) throw new Error(`wrangler wrote no module for ${args.join(' ')}`);
+  return join(outdir, script);
+}
+
+/** Both bundles, built once per chaos run (about 2 s each). */
+export async function buildBundles(): Promise<Bundles> {
+  const [main, retention, probe] = await Promise.all([
+    bundle(['-c', MAIN_CONFIG]),
+    bundle(['-c', RETENTION_CONFIG]),
+    bundle(['-c', PROBE_CONFIG]),
+  ]);
+  return { main, retention, probe };
+}
+
+export interface RuntimeOptions {
+  bundles: Bundles;
+  /** Secrets and vars of the main Worker (DATABASE_URL, NEON_WS_PROXY, LARK_API_BASE, ...). */
+  vars: Record<string, string>;
+  /** The retention Worker's (DATABASE_URL, NEON_WS_PROXY). */
+  retentionVars: Record<string, string>;
+  /** Durable Object storage directory of this replica. */
+  persistDir: string;
+  /** The service's port (0: any free one). */
+  port?: number;
+  /** Called with every console line of the runtime (the Workers log JSON lines). */
+  onLog?: (line: string) => void;
+}
+
+export interface Runtime {
+  url: string;
+  fetch(path: string, init?: RequestInit): Promise<Response>;
+  /** Runs the main Worker's minute cron to its end. */
+  minuteCron(): Promise<void>;
+  /** Runs the retention Worker's hourly cron to its end. */
+  hourlyCron(): Promise<void>;
+  /** Runs a typing-maintenance pass now (chaos/probe-worker.ts). */
+  maintenancePass(): Promise<void>;
+  dispose(): Promise<void>;
+}
+
+export async function startRuntime(opts: RuntimeOptions): Promise<Runtime> {
+  const wrangler = await import('wrangler');
+  const main = wrangler.unstable_getMiniflareWorkerOptions(MAIN_CONFIG).workerOptions;
+  const retention = wrangler.unstable_getMiniflareWorkerOptions(RETENTION_CONFIG).workerOptions;
+  const mf = new Miniflare({
+    host: '127.0.0.1',
+    port: opts.port ?? 0,
+    durableObjectsPersist: opts.persistDir,
+    unsafeTriggerHandlers: true,
+    workers: [
+      {
+        ...main,
+        modules: true,
+        modulesRoot: dirname(opts.bundles.main),
+        scriptPath: opts.bundles.main,
+        bindings: { ...main.bindings, ...opts.vars },
+      },
+      {
+        ...retention,
+        name: RETENTION_NAME,
+        modules: true,
+        modulesRoot: dirname(opts.bundles.retention),
+        scriptPath: opts.bundles.retention,
+        bindings: { ...retention.bindings, ...opts.retentionVars },
+      },
+      {
+        name: PROBE_NAME,
+        modules: true,
+        modulesRoot: dirname(opts.bundles.probe),
+        scriptPath: opts.bundles.probe,
+        compatibilityDate: main.compatibilityDate,
+        bindings: { ...main.bindings, ...opts.vars },
+      },
+    ] as never,
+    handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
+      for (const stream of [stdout, stderr]) {
+        let rest = '';
+        stream.on('data', (chunk: Buffer) => {
+          const lines = (rest + chunk.toString('utf8')).split('\n');
+          rest = lines.pop() ?? '';
+          for (const line of lines) if (line.trim()) opts.onLog?.(line);
+        });
+      }
+    },
+  });
+  const url = (await mf.ready).toString().replace(/\/$/, '');
+  const mainWorker = await mf.getWorker();
+  const retentionWorker = await mf.getWorker(RETENTION_NAME);
+  const probe = await mf.getWorker(PROBE_NAME);
+  return {
+    url,
+    fetch: (path, init) => fetch(`${url}${path}`, init),
+    minuteCron: async () => {
+      await mainWorker.scheduled({ cron: '* * * * *', scheduledTime: new Date() });
+    },
+    hourlyCron: async () => {
+      await retentionWorker.scheduled({ cron: '0 * * * *', scheduledTime: new Date() });
+    },
+    maintenancePass: async () => {
+      const res = await probe.fetch('http://probe/maintenance');
+      const text = await res.text();
+      if (!res.ok) throw new Error(`maintenance pass: ${res.status} ${text.slice(0, 200)}`);
+    },
+    dispose: () => mf.dispose(),
+  };
+}

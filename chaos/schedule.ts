@@ -1,0 +1,267 @@
+import fc from 'fast-check';
+
+/**
+ * A schedule: the steps one chaos run performs, in order, on a fresh database. Generated from
+ * the run's seed by fast-check, whose shrinker reduces a failing schedule (fewer steps,
+ * smaller numbers) to a short one that still fails. Steps that refer to earlier work (`ref`)
+ * pick it modulo what exists when they run, so any subsequence is still a valid schedule.
+ */
+export const LARK_ROUTES = [
+  'token',
+  'reactions.create',
+  'reactions.delete',
+  'reactions.list',
+  'reply',
+] as const;
+export const LARK_FAULTS = ['5xx', '429', 'expired_token', 'lost_response', 'latency', 'timeout'] as const;
+/** Statements a database cut can be armed on: the webhook's, the flush's, the ledger's, the cleanup's. */
+export const DB_MARKERS = {
+  webhook: 'insert into lark_event_receipts',
+  turn: 'channel_turns',
+  ledger: 'update channel_typing_reaction',
+  effects: 'update effects',
+  reaction: 'private.message_reactions',
+  cleanup: 'delete from private.chat_',
+} as const;
+export const LOCK_TABLES = [
+  'channel_typing_reaction',
+  'effects',
+  'actor_instances',
+  'private.messages',
+] as const;
+export const RESTART_POINTS = ['now', 'typing_add', 'reply'] as const;
+
+export type Step =
+  // Lark workload
+  | {
+      op: 'message';
+      inst: number;
+      chat: number;
+      p2p: boolean;
+      burst: number;
+      foreign: 'none' | 'human' | 'app';
+    }
+  | { op: 'duplicate'; ref: number }
+  | { op: 'redeliver'; ref: number }
+  | { op: 'foreign_reaction'; ref: number; byApp: boolean }
+  | { op: 'rotate'; inst: number }
+  | { op: 'delete_installation'; inst: number }
+  // mobile workload
+  | { op: 'mobile_write'; actor: number; msg: number; emoji: number; desired: boolean; skipPut: boolean }
+  | { op: 'mobile_replay'; ref: number }
+  | { op: 'mobile_retire'; ref: number }
+  | { op: 'sign_out'; actor: number }
+  | { op: 'sign_in'; actor: number }
+  | { op: 'quota_pressure'; actor: number; n: number }
+  // retention and schedules
+  | { op: 'retention_enable' }
+  | { op: 'retention_stop' }
+  | { op: 'retention_hourly' }
+  | { op: 'minute_cron' }
+  | { op: 'maintenance' }
+  | { op: 'settle'; ms: number }
+  // faults
+  | {
+      op: 'lark_fault';
+      route: (typeof LARK_ROUTES)[number] | '*';
+      kind: (typeof LARK_FAULTS)[number];
+      times: number;
+    }
+  | { op: 'db_cut' }
+  | { op: 'db_cut_at'; marker: keyof typeof DB_MARKERS; phase: 'request' | 'reply' }
+  | { op: 'db_lock'; table: (typeof LOCK_TABLES)[number]; ms: number }
+  | { op: 'restart'; at: (typeof RESTART_POINTS)[number] }
+  | { op: 'do_storage_lost' }
+  | { op: 'replica'; on: boolean }
+  | { op: 'clock'; ms: number };
+
+export type StepKind = Step['op'];
+export const FAULT_OPS: ReadonlySet<StepKind> = new Set([
+  'lark_fault',
+  'db_cut',
+  'db_cut_at',
+  'db_lock',
+  'restart',
+  'do_storage_lost',
+  'replica',
+  'clock',
+]);
+
+export interface Schedule {
+  steps: Step[];
+}
+
+const ref = fc.nat(15);
+/** A badge of someone else's on the message before ours: a human's reaction, another app's Typing. */
+const foreignArb = fc.constantFrom('none' as const, 'human' as const, 'app' as const);
+const inst = fc.nat(1);
+const actor = fc.nat(2);
+
+const workload: fc.Arbitrary<Step>[] = [
+  fc.record({
+    op: fc.constant('message' as const),
+    inst,
+    chat: fc.nat(2),
+    p2p: fc.boolean(),
+    burst: fc.integer({ min: 1, max: 4 }),
+    foreign: foreignArb,
+  }),
+  fc.record({ op: fc.constant('duplicate' as const), ref }),
+  fc.record({ op: fc.constant('redeliver' as const), ref }),
+  fc.record({ op: fc.constant('foreign_reaction' as const), ref, byApp: fc.boolean() }),
+  fc.record({ op: fc.constant('rotate' as const), inst }),
+  fc.record({ op: fc.constant('delete_installation' as const), inst }),
+  fc.record({
+    op: fc.constant('mobile_write' as const),
+    actor,
+    msg: fc.nat(1),
+    emoji: fc.nat(1),
+    desired: fc.boolean(),
+    skipPut: fc.boolean(),
+  }),
+  fc.record({ op: fc.constant('mobile_replay' as const), ref }),
+  fc.record({ op: fc.constant('mobile_retire' as const), ref }),
+  fc.record({ op: fc.constant('sign_out' as const), actor }),
+  fc.record({ op: fc.constant('sign_in' as const), actor }),
+  fc.record({ op: fc.constant('quota_pressure' as const), actor, n: fc.integer({ min: 2, max: 12 }) }),
+  fc.constant({ op: 'retention_enable' as const }),
+  fc.constant({ op: 'retention_stop' as const }),
+  fc.constant({ op: 'retention_hourly' as const }),
+  fc.constant({ op: 'minute_cron' as const }),
+  fc.constant({ op: 'maintenance' as const }),
+  fc.record({ op: fc.constant('settle' as const), ms: fc.integer({ min: 50, max: 1500 }) }),
+];
+
+const faults: fc.Arbitrary<Step>[] = [
+  fc.record({
+    op: fc.constant('lark_fault' as const),
+    route: fc.constantFrom(...LARK_ROUTES, '*' as const),
+    kind: fc.constantFrom(...LARK_FAULTS),
+    times: fc.integer({ min: 1, max: 4 }),
+  }),
+  fc.constant({ op: 'db_cut' as const }),
+  fc.record({
+    op: fc.constant('db_cut_at' as const),
+    marker: fc.constantFrom(...(Object.keys(DB_MARKERS) as (keyof typeof DB_MARKERS)[])),
+    phase: fc.constantFrom('request' as const, 'reply' as const),
+  }),
+  fc.record({
+    op: fc.constant('db_lock' as const),
+    table: fc.constantFrom(...LOCK_TABLES),
+    ms: fc.integer({ min: 200, max: 6000 }),
+  }),
+  fc.record({ op: fc.constant('restart' as const), at: fc.constantFrom(...RESTART_POINTS) }),
+  fc.constant({ op: 'do_storage_lost' as const }),
+  fc.record({ op: fc.constant('replica' as const), on: fc.boolean() }),
+  fc.record({
+    op: fc.constant('clock' as const),
+    // A second, past a debounce, past the stale window, past taskless expiry, an hour, a day.
+    ms: fc.constantFrom(1_000, 5_000, 31_000, 125_000, 3_600_000, 86_400_000),
+  }),
+];
+
+/** Workload steps twice as likely as faults: a schedule is mostly work, with faults among it. */
+export const stepArb: fc.Arbitrary<Step> = fc.oneof(
+  { arbitrary: fc.oneof(...workload), weight: 2 },
+  { arbitrary: fc.oneof(...faults), weight: 1 },
+);
+
+const DAY = 86_400_000;
+const maybe = (a: fc.Arbitrary<Step>) => fc.option(a, { nil: undefined, freq: 2 });
+const settle = fc.record({ op: fc.constant('settle' as const), ms: fc.integer({ min: 300, max: 1500 }) });
+
+/**
+ * Faults aimed inside one Lark flow: at the Typing Add, the reply, the withdrawal's listing
+ * and delete, the token; the runtime restarted with the Add or the reply in flight; the
+ * connection cut on the ledger's, the turn's or the effect's statement.
+ */
+const flowFault: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({
+    op: fc.constant('lark_fault' as const),
+    route: fc.constantFrom(
+      'reactions.create' as const,
+      'reactions.delete' as const,
+      'reactions.list' as const,
+      'reply' as const,
+      'token' as const,
+    ),
+    kind: fc.constantFrom(...LARK_FAULTS),
+    times: fc.integer({ min: 1, max: 3 }),
+  }),
+  fc.record({
+    op: fc.constant('restart' as const),
+    at: fc.constantFrom('typing_add' as const, 'reply' as const),
+  }),
+  fc.record({
+    op: fc.constant('db_cut_at' as const),
+    marker: fc.constantFrom('ledger' as const, 'turn' as const, 'effects' as const, 'webhook' as const),
+    phase: fc.constantFrom('request' as const, 'reply' as const),
+  }),
+);
+
+/** Episodes: short flows of the workload with faults at their named points. */
+const larkEpisode = fc
+  .tuple(maybe(flowFault), workload[0]!, maybe(flowFault), maybe(settle))
+  .map((xs) => xs.filter((x): x is Step => x !== undefined));
+
+const mobileEpisode = fc
+  .tuple(
+    workload[6]!,
+    maybe(
+      fc.oneof(
+        fc.constant({ op: 'db_cut' as const }),
+        fc.record({
+          op: fc.constant('db_cut_at' as const),
+          marker: fc.constant('reaction' as const),
+          phase: fc.constantFrom('request' as const, 'reply' as const),
+        }),
+      ),
+    ),
+    maybe(fc.oneof(workload[7]!, workload[8]!)),
+  )
+  .map((xs) => xs.filter((x): x is Step => x !== undefined));
+
+/**
+ * The cleanup's flow: receipts written, the cleanup enabled, the clock past the receipts'
+ * retention, perhaps a stop, a fault, then the hourly run.
+ */
+const retentionEpisode = fc
+  .tuple(
+    workload[6]!,
+    fc.constant({ op: 'retention_enable' as const }),
+    fc.record({ op: fc.constant('clock' as const), ms: fc.constantFrom(31 * DAY, 32 * DAY) }),
+    maybe(fc.constant({ op: 'retention_stop' as const })),
+    maybe(
+      fc.oneof(
+        fc.constant({ op: 'restart' as const, at: 'now' as const }),
+        fc.record({
+          op: fc.constant('db_cut_at' as const),
+          marker: fc.constant('cleanup' as const),
+          phase: fc.constantFrom('request' as const, 'reply' as const),
+        }),
+      ),
+    ),
+    fc.constant({ op: 'retention_hourly' as const }),
+  )
+  .map((xs) => xs.filter((x): x is Step => x !== undefined));
+
+const episode: fc.Arbitrary<Step[]> = fc.oneof(
+  { arbitrary: larkEpisode, weight: 3 },
+  { arbitrary: mobileEpisode, weight: 2 },
+  { arbitrary: retentionEpisode, weight: 1 },
+  { arbitrary: stepArb.map((s) => [s]), weight: 3 },
+);
+
+/** Up to `maxParts` episodes or single steps, flattened; shrinking removes whole parts first. */
+export function scheduleArb(maxParts: number): fc.Arbitrary<Schedule> {
+  return fc.array(episode, { minLength: 1, maxLength: maxParts }).map((parts) => ({ steps: parts.flat() }));
+}
+
+/** One line per step, for the trace and the failure report. */
+export function describeStep(s: Step): string {
+  const { op, ...rest } = s;
+  const args = Object.entries(rest)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(' ');
+  return args ? `${op} ${args}` : op;
+}

@@ -1,0 +1,469 @@
+import { randomBytes } from 'node:crypto';
+import { buildDelivery, messageReceivePayload } from '../emulator/events';
+import type { AppRecord } from '../emulator/state';
+import { signActorToken } from '../workers/auth/sign';
+import {
+  setMembers,
+  upsertActor,
+  upsertConversation,
+  upsertMessage,
+  upsertWorkspace,
+} from '../workers/reaction-tickets/directory';
+import { mintOperationId } from '../workers/reaction-tickets/operation-id';
+import type { Queryable } from '../workers/reaction-tickets/types';
+import type { Step } from './schedule';
+import { SECRETS, World } from './world';
+
+/**
+ * The workload of a schedule and the model the invariants compare against: what was sent,
+ * what was answered, what the world must therefore look like after the schedule quiesces.
+ */
+export interface Installation {
+  id: string;
+  app: AppRecord;
+  workspaceId: string;
+  rotated: boolean;
+  deleted: boolean;
+}
+
+export interface SentEvent {
+  installation: number;
+  eventId: string;
+  messageId: string;
+  request: { headers: Record<string, string>; body: string };
+  /** First answer of this event id: 200 means the message was accepted. */
+  status: number | 'lost';
+}
+
+export interface ForeignReaction {
+  messageId: string;
+  reactionId: string;
+}
+
+/** One write of a mobile operation and how it was answered. */
+export interface MobileAttempt {
+  at: number;
+  kind: 'applied' | 'replayed' | 'unknown' | 'refused';
+  status: number | 'lost';
+  code?: string;
+  /** Database time when sent, and the ticket's expiry. */
+  sentAtDbMs: number;
+}
+
+export interface MobileOp {
+  operationId: string;
+  actor: number;
+  messageId: string;
+  emoji: string;
+  desired: 'present' | 'absent';
+  ticket: string | null;
+  expiresAtMs: number | null;
+  attempts: MobileAttempt[];
+  /** Set when a retirement answered `retired` (the fence is acknowledged). */
+  retiredAt: number | null;
+}
+
+export interface Model {
+  installations: Installation[];
+  events: SentEvent[];
+  foreign: ForeignReaction[];
+  mobile: MobileOp[];
+  tokens: string[];
+  retention: {
+    /** Database times at which a stop was acknowledged (200, confirmed). */
+    stopAcks: number[];
+    /** Database times at which an enable was sent (answered or not). */
+    enableSends: number[];
+  };
+  seq: number;
+}
+
+export const MOBILE = {
+  workspaceId: 'chaos-ws',
+  conversationId: 'chaos-conv',
+  actors: ['chaos-a0', 'chaos-a1', 'chaos-a2'],
+  messages: ['chaos-m0', 'chaos-m1'],
+  emojis: ['👍', '🎉'],
+};
+
+export function newModel(): Model {
+  return {
+    installations: [],
+    events: [],
+    foreign: [],
+    mobile: [],
+    tokens: [],
+    retention: { stopAcks: [], enableSends: [] },
+    seq: 0,
+  };
+}
+
+/** Two Lark installations in two workspaces, the mobile directory, the legacy contract closed. */
+export async function setup(world: World, model: Model): Promise<void> {
+  world.trace.add('setup');
+  for (let i = 0; i < 2; i++) {
+    const app = world.lark.state.registerApp({
+      app_id: `cli_chaos${i}${World.id()}`,
+      app_secret: randomBytes(12).toString('hex'),
+      verification_token: randomBytes(12).toString('hex'),
+      encrypt_key: randomBytes(12).toString('hex'),
+    });
+    const res = await world.admin(`register installation ${i}`, 'POST', '/admin/lark/installations', {
+      workspace_id: `ws_chaos${i}`,
+      ...app,
+    });
+    if (res?.status !== 201)
+      throw new Error(`setup: installation ${i}: ${res?.status} ${JSON.stringify(res?.body)}`);
+    const { installation } = res.body as { installation: { id: string } };
+    model.installations.push({
+      id: installation.id,
+      app,
+      workspaceId: `ws_chaos${i}`,
+      rotated: false,
+      deleted: false,
+    });
+  }
+  const client = await world.db.connect();
+  try {
+    const db = client as unknown as Queryable;
+    await client.query('begin');
+    await upsertWorkspace(db, { id: MOBILE.workspaceId, name: 'chaos' });
+    for (const a of MOBILE.actors)
+      await upsertActor(db, { id: a, workspaceId: MOBILE.workspaceId, displayName: a });
+    await upsertConversation(db, {
+      id: MOBILE.conversationId,
+      workspaceId: MOBILE.workspaceId,
+      title: 'chaos',
+    });
+    await setMembers(db, MOBILE.conversationId, MOBILE.actors, []);
+    for (const m of MOBILE.messages)
+      await upsertMessage(db, {
+        id: m,
+        conversationId: MOBILE.conversationId,
+        authorActorId: MOBILE.actors[0]!,
+        body: m,
+      });
+    await client.query('commit');
+  } finally {
+    client.release();
+  }
+  for (const a of MOBILE.actors)
+    model.tokens.push(await signActorToken(SECRETS.ACTOR_JWT_SECRET, a, { ttlSeconds: 30 * 86_400 }));
+  const closed = await world.admin('close legacy contract', 'POST', '/admin/reaction-contract/legacy/close');
+  if (closed?.status !== 200) throw new Error(`setup: legacy close: ${closed?.status}`);
+}
+
+function pickRef<T>(list: T[], ref: number): T | undefined {
+  return list.length === 0 ? undefined : list[ref % list.length];
+}
+
+async function deliver(
+  world: World,
+  model: Model,
+  inst: Installation,
+  eventIndex: number,
+  payload: unknown,
+  messageId: string,
+) {
+  const request = buildDelivery(inst.app, payload, world.lark.state.now());
+  const eventId = (payload as { header: { event_id: string } }).header.event_id;
+  const res = await world.call(
+    `event ${eventId.slice(0, 8)} msg ${messageId.slice(-6)} inst ${eventIndex}`,
+    `/lark/events/${inst.id}`,
+    {
+      method: 'POST',
+      headers: request.headers,
+      body: request.body,
+    },
+  );
+  model.events.push({ installation: eventIndex, eventId, messageId, request, status: res?.status ?? 'lost' });
+}
+
+/** Runs one workload step. Faults are chaos/faults.ts's. */
+export async function runWorkload(world: World, model: Model, step: Step): Promise<boolean> {
+  switch (step.op) {
+    case 'message': {
+      const inst = model.installations[step.inst]!;
+      const chatId = step.p2p ? `oc_p2p_${step.inst}_${step.chat}` : `oc_group_${step.inst}_${step.chat}`;
+      // A burst: several messages of one chat inside one debounce window, to coalesce.
+      await Promise.all(
+        Array.from({ length: step.burst }, async (_, i) => {
+          const msg = world.lark.state.createMessage({
+            chat_id: chatId,
+            chat_type: step.p2p ? 'p2p' : 'group',
+            text: `m${model.seq++} ${i}`,
+            sender: { id: `ou_user${step.chat}`, id_type: 'open_id', sender_type: 'user' },
+          });
+          if (i === 0 && step.foreign !== 'none')
+            addForeign(world, model, msg.message_id, step.foreign === 'app');
+          const payload = messageReceivePayload(inst.app, msg, world.lark.state.now(), {
+            eventId: World.id() + World.id(),
+          });
+          await deliver(world, model, inst, step.inst, payload, msg.message_id);
+        }),
+      );
+      return true;
+    }
+    case 'duplicate': {
+      const ev = pickRef(model.events, step.ref);
+      if (!ev) return false;
+      const inst = model.installations[ev.installation]!;
+      const res = await world.call(`duplicate ${ev.eventId.slice(0, 8)}`, `/lark/events/${inst.id}`, {
+        method: 'POST',
+        headers: ev.request.headers,
+        body: ev.request.body,
+      });
+      // A first delivery whose answer was lost is answered now.
+      if (ev.status === 'lost' && res) ev.status = res.status;
+      return true;
+    }
+    case 'redeliver': {
+      const ev = pickRef(model.events, step.ref);
+      const msg = ev && world.lark.state.messages.get(ev.messageId);
+      if (!ev || !msg) return false;
+      const inst = model.installations[ev.installation]!;
+      const payload = messageReceivePayload(inst.app, msg, world.lark.state.now(), {
+        eventId: World.id() + World.id(),
+      });
+      await deliver(world, model, inst, ev.installation, payload, msg.message_id);
+      return true;
+    }
+    case 'foreign_reaction': {
+      const ev = pickRef(model.events, step.ref);
+      if (!ev) return false;
+      addForeign(world, model, ev.messageId, step.byApp);
+      return true;
+    }
+    case 'rotate': {
+      const inst = model.installations[step.inst]!;
+      if (inst.deleted) return false;
+      const secret = randomBytes(12).toString('hex');
+      world.lark.state.rotateSecret(inst.app.app_id, secret, false);
+      const res = await world.admin(
+        `rotate installation ${step.inst}`,
+        'POST',
+        `/admin/lark/installations/${inst.id}/rotate`,
+        {
+          app_secret: secret,
+        },
+      );
+      // Lost or refused: the service may still hold the old secret; either way it was rotated at Lark.
+      inst.rotated = true;
+      return res !== null;
+    }
+    case 'delete_installation': {
+      const inst = model.installations[step.inst]!;
+      if (inst.deleted) return false;
+      const res = await world.admin(
+        `delete installation ${step.inst}`,
+        'DELETE',
+        `/admin/lark/installations/${inst.id}`,
+      );
+      // An unanswered delete may have happened: treat it as deleted (the exemptions are wider).
+      if (res === null || res.status === 200) inst.deleted = true;
+      return true;
+    }
+    case 'mobile_write':
+      await mobileWrite(
+        world,
+        model,
+        step.actor,
+        MOBILE.messages[step.msg]!,
+        MOBILE.emojis[step.emoji]!,
+        step.desired,
+        !step.skipPut,
+      );
+      return true;
+    case 'mobile_replay': {
+      const op = pickRef(
+        model.mobile.filter((o) => o.ticket),
+        step.ref,
+      );
+      if (!op) return false;
+      await mobilePut(world, model, op, 'replay');
+      return true;
+    }
+    case 'mobile_retire': {
+      const op = pickRef(
+        model.mobile.filter((o) => o.ticket),
+        step.ref,
+      );
+      if (!op) return false;
+      const res = await world.call(
+        `retire ${op.operationId.slice(-6)}`,
+        `/v1/reaction-operations/${op.operationId}/retire`,
+        {
+          method: 'POST',
+          headers: bearer(model.tokens[op.actor]!),
+          body: JSON.stringify({ ticket: op.ticket }),
+        },
+      );
+      if (res?.status === 200 && (res.body as { status?: string }).status === 'retired')
+        op.retiredAt = Date.now();
+      return true;
+    }
+    case 'sign_out':
+      await world.admin(
+        `sign out ${step.actor}`,
+        'POST',
+        `/admin/actors/${MOBILE.actors[step.actor]}/sign-out`,
+      );
+      return true;
+    case 'sign_in': {
+      // Issued at database time: a token from before the sign-out (database time) is refused.
+      const iat = Math.floor((await world.dbNow()) / 1000) + 1;
+      model.tokens[step.actor] = await signActorToken(SECRETS.ACTOR_JWT_SECRET, MOBILE.actors[step.actor]!, {
+        issuedAt: iat,
+        ttlSeconds: 30 * 86_400,
+      });
+      world.trace.add(`sign in ${step.actor} (iat ${iat})`);
+      return true;
+    }
+    case 'quota_pressure':
+      for (let i = 0; i < step.n; i++)
+        await mobileWrite(
+          world,
+          model,
+          step.actor,
+          MOBILE.messages[i % 2]!,
+          MOBILE.emojis[0]!,
+          i % 2 === 0,
+          false,
+        );
+      return true;
+    case 'retention_enable': {
+      const status = await world.admin(
+        'retention status',
+        'GET',
+        '/admin/retention/status',
+        undefined,
+        SECRETS.RETENTION_ADMIN_TOKEN,
+      );
+      const generation = (status?.body as { control?: { generation?: number } } | undefined)?.control
+        ?.generation;
+      if (typeof generation !== 'number') return false;
+      model.retention.enableSends.push(await world.dbNow());
+      await world.admin(
+        'retention enable',
+        'POST',
+        '/admin/retention/enable',
+        { operator: 'chaos', generation },
+        SECRETS.RETENTION_ADMIN_TOKEN,
+      );
+      return true;
+    }
+    case 'retention_stop': {
+      const res = await world.admin(
+        'retention stop',
+        'POST',
+        '/admin/retention/stop',
+        { operator: 'chaos' },
+        SECRETS.RETENTION_ADMIN_TOKEN,
+      );
+      if (res?.status === 200) model.retention.stopAcks.push(await world.dbNow());
+      return true;
+    }
+    case 'retention_hourly':
+      await timed(world, 'hourly retention cron', () => world.primary.hourlyCron());
+      return true;
+    case 'minute_cron':
+      await timed(world, 'minute cron', () => world.primary.minuteCron());
+      return true;
+    case 'maintenance':
+      await timed(world, 'maintenance pass', () => world.primary.maintenancePass());
+      return true;
+    case 'settle':
+      await new Promise((r) => setTimeout(r, step.ms));
+      return true;
+    default:
+      return false;
+  }
+}
+
+/** A reaction not ours: another app's Typing badge, or a human's Typing (both must survive). */
+function addForeign(world: World, model: Model, messageId: string, byApp: boolean) {
+  const operator = byApp
+    ? { operator_id: 'cli_someone_else', operator_type: 'app' as const }
+    : { operator_id: 'ou_human', operator_type: 'user' as const };
+  const r = world.lark.state.addReaction(messageId, 'Typing', operator);
+  model.foreign.push({ messageId, reactionId: r.reaction_id });
+  world.trace.add(`foreign Typing by ${operator.operator_id} on ${messageId.slice(-6)}`);
+}
+
+/** A cron or pass the harness drives: its failure under a fault is recorded, not thrown. */
+export async function timed(world: World, what: string, run: () => Promise<void>): Promise<void> {
+  try {
+    await run();
+    world.trace.add(`${what}: done`);
+  } catch (err) {
+    world.trace.add(`${what}: failed (${(err as Error).message.slice(0, 120)})`);
+  }
+}
+
+function bearer(token: string): Record<string, string> {
+  return { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+}
+
+async function mobileWrite(
+  world: World,
+  model: Model,
+  actor: number,
+  messageId: string,
+  emoji: string,
+  present: boolean,
+  put: boolean,
+) {
+  const operationId = mintOperationId(await world.dbNow());
+  const desired = present ? ('present' as const) : ('absent' as const);
+  const res = await world.call(
+    `ticket ${operationId.slice(-6)} a${actor} ${messageId} ${desired}`,
+    '/v1/reaction-tickets',
+    {
+      method: 'POST',
+      headers: bearer(model.tokens[actor]!),
+      body: JSON.stringify({ operationId, messageId, emoji, desired }),
+    },
+  );
+  const body = res?.body as { ticket?: string; expiresAt?: string } | undefined;
+  const op: MobileOp = {
+    operationId,
+    actor,
+    messageId,
+    emoji,
+    desired,
+    ticket: body?.ticket ?? null,
+    expiresAtMs: body?.expiresAt ? Date.parse(body.expiresAt) : null,
+    attempts: [],
+    retiredAt: null,
+  };
+  model.mobile.push(op);
+  if (put && op.ticket) await mobilePut(world, model, op, 'write');
+}
+
+async function mobilePut(world: World, model: Model, op: MobileOp, what: string) {
+  const sentAtDbMs = await world.dbNow();
+  const res = await world.call(
+    `${what} ${op.operationId.slice(-6)} a${op.actor} ${op.messageId} ${op.desired}`,
+    `/v1/reaction-operations/${op.operationId}`,
+    {
+      method: 'PUT',
+      headers: bearer(model.tokens[op.actor]!),
+      body: JSON.stringify({
+        ticket: op.ticket,
+        messageId: op.messageId,
+        emoji: op.emoji,
+        desired: op.desired,
+      }),
+    },
+  );
+  const code = (res?.body as { error?: { code?: string } } | undefined)?.error?.code;
+  const kind =
+    res === null || res.status >= 500
+      ? 'unknown'
+      : res.status === 200
+        ? (res.body as { replayed?: boolean }).replayed
+          ? 'replayed'
+          : 'applied'
+        : 'refused';
+  op.attempts.push({ at: Date.now(), kind, status: res?.status ?? 'lost', code, sentAtDbMs });
+}
