@@ -82,7 +82,10 @@ async function graphileDrain(stack: BenchStack, concurrency: number, localQueue:
   });
   const started = performance.now();
   const runner = await runGraphile({
-    connectionString: stack.databaseUrl,
+    // The stack's pool, which it ends before dropping the database: a pool graphile-worker
+    // opened itself outlived runner.stop(), and the drop's forced disconnect then crashed the
+    // bench with an unhandled 'error' (57P01) before it printed its table.
+    pgPool: stack.pg(concurrency + 2),
     concurrency,
     noHandleSignals: true,
     pollInterval: 50,
