@@ -27,17 +27,22 @@ end $$;
 create trigger chaos_audit_ledger after update on channel_typing_reaction
   for each row execute function chaos.audit_ledger();
 
--- Every receipt and fence deleted, with the row as it was and the database time of the delete.
+-- Every receipt and fence deleted, with the row as it was, the database time of the delete and
+-- whether the cleanup was enabled in the latest committed control row at that moment (a
+-- plpgsql statement takes a fresh snapshot, so a stop's fence that committed before this row
+-- was deleted is seen here).
 create table chaos.retention_deletes (
   id bigserial primary key,
   tbl text not null,
   at timestamptz not null default app_now(),
+  control_enabled boolean,
   row_data jsonb not null
 );
 
 create function chaos.audit_delete() returns trigger language plpgsql as $$
 begin
-  insert into chaos.retention_deletes (tbl, row_data) values (tg_table_name, to_jsonb(old));
+  insert into chaos.retention_deletes (tbl, control_enabled, row_data)
+  values (tg_table_name, (select c.enabled from private.retention_control c), to_jsonb(old));
   return old;
 end $$;
 

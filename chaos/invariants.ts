@@ -260,14 +260,22 @@ export const INVARIANTS: Record<string, Check> = {
     return { violations };
   },
 
-  /** The cleanup never deleted after an acknowledged stop (unless enabled again after it). */
+  /**
+   * The cleanup never deleted after an acknowledged stop (unless enabled again after it), and
+   * never while the committed control row said stopped: a stop's database fence waits for the
+   * batch in flight, so only a batch started after the fence can see it.
+   */
   async 'retention.no_cleanup_after_stop'(world, model) {
-    const deleted = await rows<{ at: Date; tbl: string }>(
+    const deleted = await rows<{ at: Date; tbl: string; control_enabled: boolean | null }>(
       world,
-      'select at, tbl from chaos.retention_deletes',
+      'select at, tbl, control_enabled from chaos.retention_deletes',
     );
     const violations: string[] = [];
     for (const d of deleted) {
+      if (d.control_enabled === false) {
+        violations.push(`${d.tbl} row deleted after the stop's fence committed (control row disabled)`);
+        continue;
+      }
       const at = d.at.getTime();
       const stop = model.retention.stopAcks.filter((s) => s < at).at(-1);
       if (stop === undefined) continue;

@@ -56,6 +56,7 @@ export type Step =
   // retention and schedules
   | { op: 'retention_enable' }
   | { op: 'retention_stop' }
+  | { op: 'retention_stop_midrun' }
   | { op: 'retention_hourly' }
   | { op: 'minute_cron' }
   | { op: 'maintenance' }
@@ -245,10 +246,42 @@ const retentionEpisode = fc
   )
   .map((xs) => xs.filter((x): x is Step => x !== undefined));
 
+/**
+ * A stop that lands while an hourly run's first batch is in flight: a receipt and a fence both
+ * past their retention (the clock moves 91–92 days), so the run has a second batch to start
+ * after the stop, and `retention_stop_midrun` forces the interleaving (see workload.ts).
+ */
+const retentionStopEpisode = fc
+  .tuple(
+    fc.record({
+      op: fc.constant('mobile_write' as const),
+      actor,
+      msg: fc.nat(1),
+      emoji: fc.nat(1),
+      desired: fc.boolean(),
+      skipPut: fc.constant(false),
+    }),
+    fc.record({
+      op: fc.constant('mobile_write' as const),
+      actor,
+      msg: fc.nat(1),
+      emoji: fc.nat(1),
+      desired: fc.boolean(),
+      skipPut: fc.constant(true),
+    }),
+    // ref -1: the newest ticket, the write just issued and never applied.
+    fc.constant({ op: 'mobile_retire' as const, ref: -1 }),
+    fc.constant({ op: 'retention_enable' as const }),
+    fc.record({ op: fc.constant('clock' as const), ms: fc.constantFrom(91 * DAY, 92 * DAY) }),
+    fc.constant({ op: 'retention_stop_midrun' as const }),
+  )
+  .map((xs): Step[] => xs);
+
 const episode: fc.Arbitrary<Step[]> = fc.oneof(
   { arbitrary: larkEpisode, weight: 3 },
   { arbitrary: mobileEpisode, weight: 2 },
   { arbitrary: retentionEpisode, weight: 1 },
+  { arbitrary: retentionStopEpisode, weight: 1 },
   { arbitrary: stepArb.map((s) => [s]), weight: 3 },
 );
 

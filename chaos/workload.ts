@@ -153,8 +153,10 @@ export async function setup(world: World, model: Model): Promise<void> {
   if (closed?.status !== 200) throw new Error(`setup: legacy close: ${closed?.status}`);
 }
 
+/** The list's `ref`-th entry (wrapping); a negative ref counts from the end. */
 function pickRef<T>(list: T[], ref: number): T | undefined {
-  return list.length === 0 ? undefined : list[ref % list.length];
+  if (list.length === 0) return undefined;
+  return ref < 0 ? list.at(Math.max(ref, -list.length)) : list[ref % list.length];
 }
 
 async function deliver(
@@ -363,6 +365,8 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
       if (res?.status === 200) model.retention.stopAcks.push(await world.dbNow());
       return true;
     }
+    case 'retention_stop_midrun':
+      return stopMidRun(world, model);
     case 'retention_hourly':
       await timed(world, 'hourly retention cron', () => world.primary.hourlyCron());
       return true;
@@ -391,6 +395,66 @@ function addForeign(world: World, model: Model, messageId: string, byApp: boolea
 }
 
 /** A cron or pass the harness drives: its failure under a fault is recorded, not thrown. */
+/**
+ * A stop acknowledged while an hourly run's batch is in flight, forced rather than hoped for:
+ * a side connection holds every receipt FOR UPDATE, the run's first batch (which holds the
+ * control row FOR SHARE) waits on it, the stop is sent, and once the stop's fence waits on that
+ * batch the receipts are released. The batch then commits, the fence after it, and a correct
+ * run starts no batch after that; a run that skipped its stop check would delete the fence
+ * rows in a second batch (retention.no_cleanup_after_stop).
+ */
+async function stopMidRun(world: World, model: Model): Promise<boolean> {
+  const side = await world.db.connect();
+  let stop: Promise<{ status: number; body: unknown } | null> | null = null;
+  let run: Promise<void> | null = null;
+  try {
+    await side.query('begin');
+    const held = await side.query('select 1 from private.chat_reaction_operations for update');
+    if (!held.rowCount) return false;
+    const sidePid = (await side.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
+    run = timed(world, 'hourly retention cron', () => world.primary.hourlyCron());
+    // The batch's lock_timeout is 0.8 × RETENTION_BATCH_TIMEOUT_MS (4 s): both waits fit in it.
+    const batchPid = await blockedBy(world, sidePid, 2_500);
+    if (batchPid === null) world.trace.add('stop mid-run: no batch waited on the held receipts');
+    else {
+      stop = world.admin(
+        'retention stop',
+        'POST',
+        '/admin/retention/stop',
+        { operator: 'chaos' },
+        SECRETS.RETENTION_ADMIN_TOKEN,
+      );
+      const fencePid = await blockedBy(world, batchPid, 1_200);
+      world.trace.add(
+        fencePid === null
+          ? 'stop mid-run: the fence did not queue behind the batch in time'
+          : 'stop mid-run: the fence waits on the batch',
+      );
+    }
+  } finally {
+    await side.query('rollback').catch(() => undefined);
+    side.release();
+  }
+  const res = stop ? await stop : null;
+  if (res?.status === 200) model.retention.stopAcks.push(await world.dbNow());
+  if (run) await run;
+  return true;
+}
+
+/** A backend of this database waiting on `pid`'s lock, polled until `ms` pass; null if none. */
+async function blockedBy(world: World, pid: number, ms: number): Promise<number | null> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const { rows } = await world.db.query<{ pid: number }>(
+      'select pid from pg_stat_activity where datname = current_database() and $1 = any(pg_blocking_pids(pid)) limit 1',
+      [pid],
+    );
+    if (rows[0]) return rows[0].pid;
+    if (Date.now() >= until) return null;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 export async function timed(world: World, what: string, run: () => Promise<void>): Promise<void> {
   try {
     await run();
