@@ -337,8 +337,21 @@ export const INVARIANTS: Record<string, Check> = {
     return { violations: bad.map((r) => `retired effect ${r.effect_id}: ${r.n} recovery messages`) };
   },
 
-  /** Rows per table bounded by the work done (no table grows without its owner pruning it). */
+  /**
+   * Rows per table within the retention rules (docs/retention-rules.md): after the quiesce walk
+   * (whose last stop runs the minute cron's housekeeping and a maintenance pass) no row is
+   * older than its table's rule allows, beyond the rule's period plus a 10-minute slack; and
+   * no table grows beyond the work done (a backstop for the rules that depend on use).
+   */
   async 'tables.bounded'(world, model) {
+    const violations: string[] = [];
+    for (const r of RETENTION_RULES) {
+      const [row] = await rows<{ n: number }>(
+        world,
+        `select count(*)::int as n from ${r.table} where ${r.overdue}`,
+      );
+      if (row && row.n > 0) violations.push(`${r.table}: ${row.n} row(s) kept past its rule (${r.rule})`);
+    }
     const work = model.events.length + model.mobile.length * 2 + 10;
     const counts = await rows<{ relname: string; n: string }>(
       world,
@@ -346,12 +359,83 @@ export const INVARIANTS: Record<string, Check> = {
          from pg_class c join pg_namespace n on n.oid = c.relnamespace
         where c.relkind = 'r' and n.nspname in ('public', 'private')`,
     );
-    const violations = counts
-      .filter((c) => Number(c.n) > 20 * work)
-      .map((c) => `${c.relname}: ${c.n} rows for ${work} units of work`);
+    for (const c of counts)
+      if (Number(c.n) > 20 * work) violations.push(`${c.relname}: ${c.n} rows for ${work} units of work`);
     return { violations };
   },
 };
+
+/**
+ * The time-based rules of docs/retention-rules.md, as the rows a pruner should have deleted by
+ * now (default periods of wrangler.toml and the runtimes). Rules that depend on use (inputs,
+ * turns, conversations) and the retention cleanup (its own invariants) are not listed.
+ */
+const SLACK = "interval '10 minutes'";
+const SLACK_MS = 600_000;
+const RETENTION_RULES: { table: string; rule: string; overdue: string }[] = [
+  {
+    table: 'channel_typing_reaction',
+    rule: 'terminal rows 7 days after cleaned or abandoned',
+    overdue: `coalesce(cleaned_at, abandoned_at) < app_now() - interval '7 days' - ${SLACK}`,
+  },
+  {
+    table: 'channel_typing_settlement',
+    rule: '7 days after created_at',
+    overdue: `created_at < app_now() - interval '7 days' - ${SLACK}`,
+  },
+  {
+    table: 'lark_rate_limits',
+    rule: 'once not_before has passed',
+    overdue: `not_before < app_now() - ${SLACK}`,
+  },
+  {
+    table: 'lark_event_receipts',
+    rule: '24 h after received_at',
+    overdue: `received_at < app_now() - interval '24 hours' - ${SLACK}`,
+  },
+  {
+    table: 'private.reaction_tickets',
+    rule: '30 days after expires_at',
+    overdue: `expires_at < app_now() - interval '30 days' - ${SLACK}`,
+  },
+  {
+    table: 'actor_mailbox',
+    rule: 'delivered or dead messages 1 day after',
+    overdue: `coalesce(delivered_at_ms, dead_at_ms) < app_now_ms() - ${DAY_MS + SLACK_MS}`,
+  },
+  {
+    table: 'effects',
+    rule: 'completed or dead effects 1 day after finished',
+    overdue: `status in ('completed', 'dead') and finished_at_ms < app_now_ms() - ${DAY_MS + SLACK_MS}`,
+  },
+  {
+    // A binding outlives expires_at_ms while its effect runs and one lifetime past the effect's
+    // end or its retirement (effect_binding_live, migration 0013; docs/effects.md).
+    table: 'effect_recoveries r',
+    rule: 'one lifetime past the later of emit, end and retirement',
+    overdue: `not effect_binding_live(r, app_now_ms() - ${SLACK_MS})`,
+  },
+  {
+    table: 'typing_maintenance_runs',
+    rule: '3 days after at',
+    overdue: `at < app_now() - interval '3 days' - ${SLACK}`,
+  },
+  {
+    table: 'typing_incidents',
+    rule: '2 days after at',
+    overdue: `at < app_now() - interval '2 days' - ${SLACK}`,
+  },
+  {
+    table: 'lark_api_errors',
+    rule: '30 days after at',
+    overdue: `at < app_now() - interval '30 days' - ${SLACK}`,
+  },
+  {
+    table: 'console_audit',
+    rule: '90 days after at',
+    overdue: `at < app_now() - interval '90 days' - ${SLACK}`,
+  },
+];
 
 export async function checkAll(world: World, model: Model): Promise<CheckResult[]> {
   const out: CheckResult[] = [];
