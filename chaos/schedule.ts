@@ -57,6 +57,7 @@ export type Step =
   | { op: 'retention_enable' }
   | { op: 'retention_stop' }
   | { op: 'retention_stop_midrun' }
+  | { op: 'crons_overlap' }
   | { op: 'retention_hourly' }
   | { op: 'minute_cron' }
   | { op: 'maintenance' }
@@ -129,6 +130,7 @@ const workload: fc.Arbitrary<Step>[] = [
   fc.constant({ op: 'retention_stop' as const }),
   fc.constant({ op: 'retention_hourly' as const }),
   fc.constant({ op: 'minute_cron' as const }),
+  fc.constant({ op: 'crons_overlap' as const }),
   fc.constant({ op: 'maintenance' as const }),
   fc.record({ op: fc.constant('settle' as const), ms: fc.integer({ min: 50, max: 1500 }) }),
 ];

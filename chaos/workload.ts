@@ -370,6 +370,20 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
     case 'retention_hourly':
       await timed(world, 'hourly retention cron', () => world.primary.hourlyCron());
       return true;
+    case 'crons_overlap': {
+      // Every scheduled job at once, on each runtime serving the database: the minute cron,
+      // the hourly cleanup and a maintenance pass overlap, as they do at the top of an hour
+      // (and on two replicas when the second one runs).
+      const runtimes = world.replica ? [world.primary, world.replica] : [world.primary];
+      await Promise.all(
+        runtimes.flatMap((r, i) => [
+          timed(world, `minute cron (overlap ${i})`, () => r.minuteCron()),
+          timed(world, `hourly retention cron (overlap ${i})`, () => r.hourlyCron()),
+          timed(world, `maintenance pass (overlap ${i})`, () => r.maintenancePass()),
+        ]),
+      );
+      return true;
+    }
     case 'minute_cron':
       await timed(world, 'minute cron', () => world.primary.minuteCron());
       return true;
