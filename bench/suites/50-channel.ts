@@ -261,6 +261,11 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   try {
     const { installationId, appId } = await setupApp(base, adminToken, lark.url);
     const perLevel = Number(process.env.BENCH_CHANNEL_EVENTS ?? 128);
+    // BENCH_CHANNEL_CHATS=K spreads the events over K chats (K=1: one busy group chat, whose
+    // Durable Object is created once); unset, every event is a new chat and a new object.
+    const chats = Number(process.env.BENCH_CHANNEL_CHATS ?? 0);
+    const chatOf = (i: number) => (chats > 0 ? i % chats : i);
+    const chatLabel = chats > 0 ? `${chats} chat${chats === 1 ? '' : 's'}` : 'one chat each';
     // BENCH_CHANNEL_LEVELS=64 runs one level only (e.g. many events for the process count).
     const levels = (process.env.BENCH_CHANNEL_LEVELS ?? '1,16,64').split(',').map(Number);
     for (const concurrency of levels) {
@@ -286,7 +291,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
         deliveries.push(
           ...(await Promise.all(
             Array.from({ length: Math.min(100, n - from) }, (_, i) =>
-              buildDelivery(lark.url, appId, `bench-${concurrency}-${from + i}`),
+              buildDelivery(lark.url, appId, `bench-${concurrency}-${chatOf(from + i)}`),
             ),
           )),
         );
@@ -312,7 +317,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       const afterTrips = hooks.reduce((a, c) => a + c.trips - c.answerTrips, 0);
       rows.push({
         suite: 'channel',
-        case: `webhook answer, ${concurrency} concurrent (signed+encrypted, one chat each)`,
+        case: `webhook answer, ${concurrency} concurrent (signed+encrypted, ${chatLabel})`,
         n,
         'p50 ms': round(percentile(hook.latencies, 50)),
         'p99 ms': round(percentile(hook.latencies, 99)),
@@ -332,7 +337,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     await sampler;
     rows.push({
       suite: 'channel',
-      case: `effect_processes rows over ${events} events in ${events} chats: peak / after the turns`,
+      case: `effect_processes rows over ${events} events (${chatLabel}): peak / after the turns`,
       n: events,
       peak: peakProcesses,
       after: await processRows(),
