@@ -27,6 +27,24 @@ end $$;
 create trigger chaos_audit_ledger after update on channel_typing_reaction
   for each row execute function chaos.audit_ledger();
 
+-- Messages whose ledger row the seven-day lifetime expired: the badge is then an operator's
+-- (docs/typing-ledger.md). Kept here because the prune deletes the row 7 days later, and a
+-- later clock jump would otherwise leave the exemption nothing to read.
+create table chaos.ledger_expired (
+  source_message_id text not null,
+  at timestamptz not null default app_now()
+);
+
+create function chaos.audit_expired() returns trigger language plpgsql as $$
+begin
+  insert into chaos.ledger_expired (source_message_id) values (new.source_message_id);
+  return new;
+end $$;
+
+create trigger chaos_audit_expired after update on channel_typing_reaction
+  for each row when (new.retention_outcome = 'expired' and old.retention_outcome is distinct from 'expired')
+  execute function chaos.audit_expired();
+
 -- Every receipt and fence deleted, with the row as it was, the database time of the delete and
 -- whether the cleanup was enabled in the latest committed control row at that moment (a
 -- plpgsql statement takes a fresh snapshot, so a stop's fence that committed before this row

@@ -34,7 +34,8 @@ export const INVARIANTS: Record<string, Check> = {
       (
         await rows<{ source_message_id: string }>(
           world,
-          `select source_message_id from channel_typing_reaction where retention_outcome = 'expired'`,
+          `select source_message_id from channel_typing_reaction where retention_outcome = 'expired'
+           union select source_message_id from chaos.ledger_expired`,
         )
       ).map((r) => r.source_message_id),
     );
