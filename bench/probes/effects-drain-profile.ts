@@ -61,7 +61,7 @@ try {
   const pool = pools[0]!;
   const pid = await registerProcess(pool, 'probe');
   const { rows: plan } = await pool.query(
-    `explain (analyze, buffers) with alive as (
+    `explain (analyze, buffers, wal) with alive as (
        update effect_processes set heartbeat_at_ms = app_now_ms() where id = $1 and stopped_at_ms is null returning id),
      picked as (
        select id from effects where status = 'pending' and run_at_ms <= (select app_now_ms())
@@ -76,7 +76,7 @@ try {
   const c = await pool.connect();
   await c
     .query(
-      'set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on; set auto_explain.log_nested_statements = on; set client_min_messages = log; set auto_explain.log_buffers = on',
+      'set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on; set auto_explain.log_nested_statements = on; set client_min_messages = log; set auto_explain.log_buffers = on; set auto_explain.log_wal = on',
     )
     .catch((e: Error) => console.log('auto_explain unavailable', e.message));
   c.on('notice', (m: { message?: string }) => console.log(m.message));

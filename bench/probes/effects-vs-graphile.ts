@@ -1,0 +1,251 @@
+// DATABASE_URL=… BENCH_DB_PREFIX=… npx tsx bench/probes/effects-vs-graphile.ts [rounds] [n]
+//
+// Issue 18 item 4: our 4-worker drain (batch 100, bindings on) against graphile-worker
+// (concurrency 4, localQueue 100) on one database, interleaved `rounds` times (the order
+// alternates each round, so load drift on a shared box falls on both), with for each drain the
+// server-side counters it moved: WAL records / full-page images / bytes, commits, heap updates
+// and how many were HOT per table, multixact SLRU pages, and the wait events of the drain's
+// backends sampled every 5 ms (ClientRead = the server waiting for the client).
+import type { Pool } from '@neondatabase/serverless';
+import { Logger, run as runGraphile, runMigrations } from 'graphile-worker';
+import type pg from 'pg';
+import { registerProcess } from '../../workers/effects/processes';
+import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
+import { type BenchStack, startBenchStack } from '../lib/stack';
+
+const rounds = Number(process.argv[2] ?? 3);
+const N = Number(process.argv[3] ?? 20_000);
+const BATCH = 100;
+const WORKERS = 4;
+const quiet = new Logger(() => () => undefined);
+
+type Counters = Record<string, number>;
+
+async function counters(q: pg.Pool): Promise<Counters> {
+  const out: Counters = {};
+  const { rows: wal } = await q.query(
+    'select wal_records::float8 r, wal_fpi::float8 f, wal_bytes::float8 b from pg_stat_wal',
+  );
+  out['wal records'] = wal[0].r;
+  out['wal fpi'] = wal[0].f;
+  out['wal kB'] = wal[0].b / 1024;
+  const { rows: db } = await q.query(
+    'select xact_commit::float8 c from pg_stat_database where datname = current_database()',
+  );
+  out.commits = db[0].c;
+  const { rows: slru } = await q.query(
+    `select name, (blks_zeroed + blks_hit + blks_read + blks_written)::float8 n from pg_stat_slru
+      where name like 'Multi%'`,
+  );
+  for (const r of slru) out[`slru ${r.name}`] = r.n;
+  const { rows: t } = await q.query(
+    `select relname, n_tup_upd::float8 u, n_tup_hot_upd::float8 h, n_tup_del::float8 d from pg_stat_user_tables
+      where relname in ('effects', 'actor_instances', 'effect_processes', '_private_jobs', '_private_job_queues')`,
+  );
+  for (const r of t) {
+    out[`${r.relname} upd`] = r.u;
+    out[`${r.relname} hot`] = r.h;
+    out[`${r.relname} del`] = r.d;
+  }
+  const { rows: mx } = await q.query(
+    `select (select next_multixact_id::text::float8 from pg_control_checkpoint()) m`,
+  );
+  out['next multixact (checkpoint)'] = mx[0].m;
+  return out;
+}
+
+async function sampleWaits(q: pg.Pool, exclude: number[], stop: () => boolean) {
+  const waits = new Map<string, number>();
+  let samples = 0;
+  while (!stop()) {
+    const { rows } = await q.query(
+      `select case when state = 'idle' then 'idle' else coalesce(wait_event_type || ':' || wait_event, 'CPU') end w,
+              count(*)::int n
+         from pg_stat_activity
+        where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
+          and pid <> all($1::int[])
+        group by 1`,
+      [exclude],
+    );
+    samples++;
+    for (const r of rows) waits.set(r.w, (waits.get(r.w) ?? 0) + r.n);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  return { waits, samples };
+}
+
+async function preloadOurs(setup: pg.Pool) {
+  await setup.query(
+    `insert into effects (id, origin_instance_id, kind, args)
+     select gen_random_uuid(), 'bench:' || (g % 200), 'noop', '{}'::jsonb from generate_series(1, $1) g`,
+    [N],
+  );
+  await setup.query(
+    `insert into effect_recoveries (effect_id, origin_instance_id, recovery_operation, expires_at_ms)
+     select id, origin_instance_id, 'replace', app_now_ms() + 86400000 from effects on conflict do nothing`,
+  );
+  await setup.query('analyze');
+}
+
+const timing = { claim: 0, complete: 0, batches: 0 };
+
+async function ours(stack: BenchStack) {
+  const pools = Array.from({ length: WORKERS }, () => stack.pg(2) as unknown as Pool);
+  const ids = await Promise.all(pools.map((p) => registerProcess(p, 'probe')));
+  let done = 0;
+  const started = performance.now();
+  await Promise.all(
+    ids.map(async (pid, i) => {
+      for (;;) {
+        let t = performance.now();
+        const claimed = await claimEffects(pools[i]!, pid, { limit: BATCH });
+        timing.claim += performance.now() - t;
+        if (claimed.length === 0) return;
+        t = performance.now();
+        const r = await completeEffects(
+          pools[i]!,
+          pid,
+          claimed.map((e) => ({ id: e.id, result: null })),
+        );
+        timing.complete += performance.now() - t;
+        timing.batches++;
+        done += r.accepted.length;
+      }
+    }),
+  );
+  const rate = (done / (performance.now() - started)) * 1000;
+  // Backends flush their statistics when they exit: end the pools before reading counters.
+  await Promise.all(pools.map((p) => (p as unknown as pg.Pool).end()));
+  return rate;
+}
+
+async function preloadGraphile(setup: pg.Pool) {
+  await setup.query(
+    `select graphile_worker.add_jobs(array_agg(json_populate_record(null::graphile_worker.job_spec,
+            json_build_object('identifier', 'noop', 'payload', '{}'::json))))
+       from generate_series(1, $1)`,
+    [N],
+  );
+  await setup.query('analyze');
+}
+
+async function graphile(stack: BenchStack) {
+  let done = 0;
+  const pool = stack.pg(WORKERS + 2);
+  let finish: () => void = () => undefined;
+  const finished = new Promise<void>((r) => {
+    finish = r;
+  });
+  const started = performance.now();
+  const runner = await runGraphile({
+    pgPool: pool,
+    concurrency: WORKERS,
+    noHandleSignals: true,
+    pollInterval: 50,
+    logger: quiet,
+    taskList: {
+      noop: async () => {
+        done++;
+        if (done >= N) finish();
+      },
+    },
+    preset: {
+      worker: { localQueue: { size: BATCH }, completeJobBatchDelay: 0, maxPoolSize: WORKERS + 2 },
+    },
+  });
+  await finished;
+  const ms = performance.now() - started;
+  await runner.stop();
+  await pool.end();
+  return (done / ms) * 1000;
+}
+
+const stack = await startBenchStack();
+try {
+  const setup = stack.pg(2);
+  const monitor = stack.pg(1);
+  const { rows: v } = await setup.query('show server_version');
+  console.log(
+    `server ${v[0].server_version}, ${N} per drain, ${rounds} rounds, load ${(await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').trim()}`,
+  );
+  await setup.query(
+    `insert into actor_instances (id, actor_type, actor_key)
+     select 'bench:' || g, 'bench', g::text from generate_series(0, 199) g`,
+  );
+  await runMigrations({ connectionString: stack.databaseUrl, logger: quiet });
+  // PROBE_FILLFACTOR: try another effects fillfactor than the migrations' (new pages only).
+  if (process.env.PROBE_FILLFACTOR)
+    await setup.query(`alter table effects set (fillfactor = ${Number(process.env.PROBE_FILLFACTOR)})`);
+  console.log((await setup.query("select reloptions from pg_class where relname = 'effects'")).rows[0]);
+  // The setup pool's own idle connections are not the drain's.
+  const setupPids = (
+    await Promise.all([setup.query('select pg_backend_pid() p'), setup.query('select pg_backend_pid() p')])
+  ).map((r) => r.rows[0].p as number);
+  const rates: Record<string, number[]> = { ours: [], gw: [] };
+  const totals: Record<string, Counters> = { ours: {}, gw: {} };
+  const waitTotals: Record<string, Map<string, number>> = { ours: new Map(), gw: new Map() };
+  for (let r = 0; r < rounds; r++) {
+    const order = r % 2 === 0 ? (['ours', 'gw'] as const) : (['gw', 'ours'] as const);
+    for (const who of order) {
+      const loader = stack.pg(1);
+      await (who === 'ours' ? preloadOurs(loader) : preloadGraphile(loader));
+      await loader.end();
+      await new Promise((r) => setTimeout(r, 300));
+      await setup.query('checkpoint');
+      const before = await counters(setup);
+      const lsn0 = (await setup.query('select pg_current_wal_lsn() l')).rows[0].l;
+      let stopped = false;
+      const sampler = sampleWaits(monitor, setupPids, () => stopped);
+      const rate = who === 'ours' ? await ours(stack) : await graphile(stack);
+      stopped = true;
+      const { waits } = await sampler;
+      await new Promise((r) => setTimeout(r, 300));
+      // PROBE_WALDUMP=<pg_wal dir>: WAL record kinds of this drain, read before the checkpoint recycles them.
+      if (process.env.PROBE_WALDUMP) {
+        const end = (await setup.query('select pg_current_wal_lsn() l')).rows[0].l;
+        const { execFileSync } = await import('node:child_process');
+        const out = execFileSync(
+          process.env.PROBE_WALDUMP_BIN ?? 'pg_waldump',
+          ['-p', process.env.PROBE_WALDUMP, '-s', lsn0, '-e', end, '--stats=record'],
+          { encoding: 'utf8' },
+        );
+        console.log(
+          `${who} WAL by record kind:\n${out
+            .split('\n')
+            .filter((l) => /\d/.test(l) && Number(l.trim().split(/\s+/)[1]) > 2000)
+            .join('\n')}`,
+        );
+      }
+      await setup.query('checkpoint');
+      const lsn1 = (await setup.query('select pg_current_wal_lsn() l')).rows[0].l;
+      const after = await counters(setup);
+      console.log(`  ${who} wal ${lsn0} ${lsn1}`);
+      rates[who]!.push(rate);
+      for (const k of Object.keys(after))
+        totals[who]![k] = (totals[who]![k] ?? 0) + (after[k]! - (before[k] ?? 0));
+      for (const [k, n] of waits) waitTotals[who]!.set(k, (waitTotals[who]!.get(k) ?? 0) + n);
+      console.log(`round ${r + 1} ${who}: ${Math.round(rate)}/s`);
+    }
+    console.log(`round ${r + 1} ratio ours/gw ${(rates.ours![r]! / rates.gw![r]!).toFixed(2)}`);
+  }
+  for (const who of ['ours', 'gw']) {
+    console.log(`\n${who}: ${rates[who]!.map(Math.round).join(', ')} /s`);
+    const per = (k: string) => ((totals[who]![k] ?? 0) / (rounds * N)).toFixed(3);
+    console.log(
+      Object.keys(totals[who]!)
+        .filter((k) => totals[who]![k] !== 0)
+        .map((k) => `  ${k}: ${per(k)} per job`)
+        .join('\n'),
+    );
+    const w = [...waitTotals[who]!].sort((a, b) => b[1] - a[1]);
+    const all = w.reduce((s, [, n]) => s + n, 0);
+    console.log(`  waits: ${w.map(([k, n]) => `${k} ${((100 * n) / all).toFixed(0)}%`).join(', ')}`);
+  }
+  console.log(
+    `ours per batch of ${BATCH}: claim ${(timing.claim / timing.batches).toFixed(2)} ms, complete ${(timing.complete / timing.batches).toFixed(2)} ms (client-observed)`,
+  );
+  console.log(`load after ${(await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').trim()}`);
+} finally {
+  await stack.stop();
+}
+process.exit(0);
