@@ -99,6 +99,17 @@ const foreignArb = fc.constantFrom('none' as const, 'human' as const, 'app' as c
 const inst = fc.nat(1);
 const actor = fc.nat(2);
 
+/** A mobile write by one of the actors; `skipPut` decides whether the ticket is ever used. */
+const mobileWriteArb = (skipPut: fc.Arbitrary<boolean>) =>
+  fc.record({
+    op: fc.constant('mobile_write' as const),
+    actor,
+    msg: fc.nat(1),
+    emoji: fc.nat(1),
+    desired: fc.boolean(),
+    skipPut,
+  });
+
 const workload: fc.Arbitrary<Step>[] = [
   fc.record({
     op: fc.constant('message' as const),
@@ -113,14 +124,7 @@ const workload: fc.Arbitrary<Step>[] = [
   fc.record({ op: fc.constant('foreign_reaction' as const), ref, byApp: fc.boolean() }),
   fc.record({ op: fc.constant('rotate' as const), inst }),
   fc.record({ op: fc.constant('delete_installation' as const), inst }),
-  fc.record({
-    op: fc.constant('mobile_write' as const),
-    actor,
-    msg: fc.nat(1),
-    emoji: fc.nat(1),
-    desired: fc.boolean(),
-    skipPut: fc.boolean(),
-  }),
+  mobileWriteArb(fc.boolean()),
   fc.record({ op: fc.constant('mobile_replay' as const), ref }),
   fc.record({ op: fc.constant('mobile_retire' as const), ref }),
   fc.record({ op: fc.constant('sign_out' as const), actor }),
@@ -255,22 +259,8 @@ const retentionEpisode = fc
  */
 const retentionStopEpisode = fc
   .tuple(
-    fc.record({
-      op: fc.constant('mobile_write' as const),
-      actor,
-      msg: fc.nat(1),
-      emoji: fc.nat(1),
-      desired: fc.boolean(),
-      skipPut: fc.constant(false),
-    }),
-    fc.record({
-      op: fc.constant('mobile_write' as const),
-      actor,
-      msg: fc.nat(1),
-      emoji: fc.nat(1),
-      desired: fc.boolean(),
-      skipPut: fc.constant(true),
-    }),
+    mobileWriteArb(fc.constant(false)),
+    mobileWriteArb(fc.constant(true)),
     // ref -1: the newest ticket, the write just issued and never applied.
     fc.constant({ op: 'mobile_retire' as const, ref: -1 }),
     fc.constant({ op: 'retention_enable' as const }),
