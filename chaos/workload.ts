@@ -446,6 +446,7 @@ async function stopMidRun(world: World, model: Model): Promise<boolean> {
       );
     }
   } finally {
+    // By design: a rollback on a connection already closed has nothing left to release.
     await side.query('rollback').catch(() => undefined);
     side.release();
   }
