@@ -22,7 +22,8 @@ export function init(): MiddlewareHandler<AppEnv> {
     c.set('clock', systemClock);
     let pool: Pool | undefined;
     c.set('db', () => {
-      pool ??= openPool(config);
+      // Someone waits on this request: an answer in the isolate's connection budget (db/gate.ts).
+      pool ??= openPool(config, { priority: 'answer' });
       return pool;
     });
     try {

@@ -58,7 +58,14 @@ export const webhook = new Hono<AppEnv>().post(
     // spend a budget shared with Lark. See handle() for the two budgets.
     // Only the statements get the tight budget; the connect timeout stays the service-wide one
     // (measured: at 2 s, 86 of 128 bench events failed to connect on a loaded 2-core machine).
-    const pool = openPool(c.var.config, { statementTimeoutMs: WEBHOOK_DB_BUDGET_MS, max: WEBHOOK_POOL_MAX });
+    // An answer in the isolate's connection budget (db/gate.ts): it passes waiting background
+    // work, and waits for a place no longer than it retries a refusal.
+    const pool = openPool(c.var.config, {
+      statementTimeoutMs: WEBHOOK_DB_BUDGET_MS,
+      max: WEBHOOK_POOL_MAX,
+      priority: 'answer',
+      gateWaitMs: WEBHOOK_CONNECT_RETRY_MS,
+    });
     const after: Promise<void>[] = [];
     try {
       await connectWithin(pool, new Deadline(WEBHOOK_CONNECT_RETRY_MS, c.var.clock));

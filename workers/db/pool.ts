@@ -1,5 +1,6 @@
-import { neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
+import { Client, neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { log } from '../log';
+import { type ConnectionPriority, isolateGate, type Permit } from './gate';
 import { queryWithBudget } from './one-shot';
 import { sqlState } from './tx';
 
@@ -10,7 +11,15 @@ export interface DbSettings {
   DATABASE_URL: string;
   NEON_WS_PROXY?: string;
   DB_STATEMENT_TIMEOUT_MS: number;
+  /**
+   * The isolate's connection budget (db/gate.ts); every Worker's configuration carries it.
+   * Absent (Node scripts, benches, migrations): the pool is not gated.
+   */
+  DB_ISOLATE_MAX_CONNECTIONS?: number;
 }
+
+/** How much sooner than the pool's connect timeout a wait for the gate gives up. */
+const GATE_MARGIN_MS = 100;
 
 /** Pools opened so far in this isolate; tests use it to prove pools are not reused. */
 export const poolStats = { opened: 0, ended: 0 };
@@ -45,6 +54,62 @@ export interface PoolOptions {
    * statement budget still needs the usual time to connect on a loaded machine.
    */
   connectTimeoutMs?: number;
+  /**
+   * Its place in the isolate's connection budget (db/gate.ts): `answer` for a request someone
+   * waits on, `background` (the default) for everything else.
+   */
+  priority?: ConnectionPriority;
+  /**
+   * How long a connection may wait for a place in that budget (default: its connect timeout,
+   * which it is part of). The webhook waits no longer than it retries a refused connection.
+   */
+  gateWaitMs?: number;
+}
+
+/** What a pool hands each of its clients (through the pool's options) to pass the gate. */
+interface GateTicket {
+  priority: ConnectionPriority;
+  waitMs: number;
+  /** Places its clients hold, so ending the pool gives back any a client did not. */
+  held: Set<Permit>;
+}
+
+/**
+ * A client that takes a place in the isolate's budget before it opens its connection, and
+ * gives it back when the connection ends. The wait happens inside the pool's connect, so its
+ * connect timeout covers both; a wait that runs out fails the connect like a refusal.
+ */
+class GatedClient extends Client {
+  constructor(config: ConstructorParameters<typeof Client>[0] & { gate: GateTicket }) {
+    super(config);
+    const { gate } = config;
+    const open = this.connect.bind(this) as () => Promise<void>;
+    this.connect = ((callback?: (err: Error | null) => void) => {
+      let permit: Permit | undefined;
+      const opened = isolateGate.acquire(gate.priority, gate.waitMs).then(async (p) => {
+        permit = p;
+        gate.held.add(p);
+        this.once('end', () => {
+          gate.held.delete(p);
+          p.release();
+        });
+        await open();
+      });
+      const settled = opened.catch((err: unknown) => {
+        if (permit) {
+          gate.held.delete(permit);
+          permit.release();
+        }
+        throw err;
+      });
+      if (!callback) return settled;
+      settled.then(
+        () => callback(null),
+        (err: Error) => callback(err),
+      );
+      return undefined;
+    }) as typeof this.connect;
+  }
 }
 
 /**
@@ -56,18 +121,31 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
   const {
     max = 4,
     statementTimeoutMs = settings.DB_STATEMENT_TIMEOUT_MS,
-    connectTimeoutMs,
+    connectTimeoutMs = Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
+    priority = 'background',
+    gateWaitMs = connectTimeoutMs,
   } = typeof options === 'number' ? { max: options } : options;
   configureDriver(settings.NEON_WS_PROXY);
+  const gated = settings.DB_ISOLATE_MAX_CONNECTIONS !== undefined;
+  if (gated) isolateGate.configure(settings.DB_ISOLATE_MAX_CONNECTIONS!);
+  // The gate's wait ends before the pool's own connect timer would cut the connection.
+  const gate: GateTicket = {
+    priority,
+    waitMs: Math.max(0, Math.min(gateWaitMs, connectTimeoutMs - GATE_MARGIN_MS)),
+    held: new Set(),
+  };
   const pool = new Pool({
     connectionString: settings.DATABASE_URL,
     max,
-    connectionTimeoutMillis: connectTimeoutMs ?? Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
+    connectionTimeoutMillis: connectTimeoutMs,
+    // Read by GatedClient (the pool hands its options to every client it creates).
+    ...(gated ? { gate } : {}),
     // No statement_timeout / lock_timeout / options in the startup packet: Neon's pooled
     // endpoint (PgBouncer, transaction mode) refuses unknown startup parameters, and a server
     // connection there serves many clients, so nothing may rest on session state. Budgets go
     // with each statement instead: `query` below, and `begin; set local ...` in withTx.
   });
+  if (gated) (pool as unknown as { Client: typeof Client }).Client = GatedClient as typeof Client;
   poolStats.opened += 1;
   let ending = false;
   // The driver never sends a WebSocket close, so ending a pool in workerd can surface
@@ -101,6 +179,9 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
     poolStats.ended += 1;
     // By design: see the 'error' handler above; a pool that fails to end has nothing left to lose.
     await end().catch(() => undefined);
+    // A connection whose socket never reported its end still gave its place back here.
+    for (const permit of gate.held) permit.release();
+    gate.held.clear();
   }) as typeof pool.end;
   return pool;
 }

@@ -1,6 +1,7 @@
 import type { Pool } from '@neondatabase/serverless';
 import type { Deadline } from '../clock';
 import { AppError } from '../errors';
+import { ConnectionBudgetSpent } from './gate';
 import { sqlState } from './tx';
 
 /**
@@ -13,6 +14,7 @@ const REFUSED_SQLSTATES = new Set(['53300', '53400', '57P03', '08000', '08001', 
 /**
  * Driver errors with no SQLSTATE that mean the same: the pool's connect timeout
  * (`connectionTimeoutMillis`), and a WebSocket that closed or failed before Postgres answered.
+ * The isolate's own budget running out (db/gate.ts, ConnectionBudgetSpent) is a refusal too.
  */
 const REFUSED_MESSAGES = [
   /timeout exceeded when trying to connect/i,
@@ -25,6 +27,7 @@ export const DB_UNAVAILABLE_RETRY_AFTER_S = 5;
 
 /** True when `err` says the database would not take a connection, not that a statement failed. */
 export function isConnectionRefusal(err: unknown): boolean {
+  if (err instanceof ConnectionBudgetSpent) return true;
   const state = sqlState(err);
   if (state) return REFUSED_SQLSTATES.has(state);
   const message = err instanceof Error ? err.message : '';

@@ -20,6 +20,7 @@ export const RetentionConfigSchema = ConfigSchema.pick({
   NEON_WS_PROXY: true,
   LOG_LEVEL: true,
   DB_STATEMENT_TIMEOUT_MS: true,
+  DB_ISOLATE_MAX_CONNECTIONS: true,
   REACTION_TX_BUDGET_MS: true,
   RETENTION_RECEIPT_DAYS: true,
   RETENTION_FENCE_DAYS: true,

@@ -73,17 +73,31 @@ async function indexStates(c: pg.Client, builds: Build[]): Promise<Map<string, I
 const key = (b: Pick<Build, 'schema' | 'index'>) => `${b.schema}.${b.index}`;
 const quoted = (schema: string, name: string) => `"${schema}"."${name}"`;
 
-/** The backend waiting behind `holderPid`'s lock (polls pg_blocking_pids; never a fixed sleep). */
-async function blockedBehind(c: pg.Client, holderPid: number): Promise<{ pid: number; query: string }> {
-  for (let i = 0; i < 1000; i++) {
+/**
+ * The backend waiting behind `holderPid`'s lock, while `run` (the migration that must block)
+ * is still running. Polls pg_blocking_pids; never a fixed sleep, and no wall-clock cap of its
+ * own: on a loaded machine the run may take many seconds to reach the build, so the only
+ * bounds are the run settling without ever blocking (a failure) and the test's timeout.
+ */
+async function blockedBehind(
+  c: pg.Client,
+  holderPid: number,
+  run: Promise<unknown>,
+): Promise<{ pid: number; query: string }> {
+  let ended = false;
+  void run.finally(() => {
+    ended = true;
+  });
+  for (;;) {
     const { rows } = await c.query<{ pid: number; query: string }>(
       'select pid, query from pg_stat_activity where $1 = any(pg_blocking_pids(pid)) limit 1',
       [holderPid],
     );
     if (rows[0]) return rows[0];
+    if (ended)
+      throw new Error(`the migration run ended without blocking behind ${holderPid}: ${String(await run)}`);
     await new Promise((r) => setTimeout(r, 10));
   }
-  throw new Error(`nothing blocked behind ${holderPid}`);
 }
 
 /**
@@ -108,7 +122,7 @@ async function interruptBuild(url: string, c: pg.Client, b: Build): Promise<void
     // Its rejection is taken at once: the cancel below can reject it before the assertion
     // attaches, and a rejection left unhandled for a tick fails the whole run.
     const run = settled(migrate(url, { dir: MIGRATIONS_DIR }));
-    const builder = await blockedBehind(c, writerPid);
+    const builder = await blockedBehind(c, writerPid, run);
     expect(builder.query).toMatch(
       new RegExp(`index\\s+concurrently\\s+if\\s+not\\s+exists\\s+${b.index}\\s`, 'i'),
     );
@@ -236,7 +250,7 @@ describe('the runner reads any concurrent build it is given', () => {
       await writer.query('lock table t in row exclusive mode');
       const writerPid = (await writer.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
       const run = settled(migrate(url, { dir }));
-      const builder = await blockedBehind(c, writerPid);
+      const builder = await blockedBehind(c, writerPid, run);
       await c.query('select pg_cancel_backend($1)', [builder.pid]);
       expect(await run).toMatchObject({ message: expect.stringMatching(/canceling statement/) });
       await writer.query('rollback');
