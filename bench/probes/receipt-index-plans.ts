@@ -4,8 +4,9 @@
 // private.chat_reaction_operations uses. Seeds `rows` receipts (half ticket, half legacy, spread
 // over 60 days), VACUUM ANALYZE, then EXPLAINs every such statement of workers/ (retention probe
 // and batch, legacy-contract count, console trends and outstanding tickets, the receipt lookup)
-// and the foreign-key actions' queries, once as migrated and once with
-// chat_reaction_operations_created_idx and _ticket_expiry_idx dropped (rolled back).
+// and the foreign-key actions' queries, once as migrated (0117 dropped
+// chat_reaction_operations_created_idx and _ticket_expiry_idx) and once with both restored as
+// 0020 built them (rolled back): the evidence for 0117.
 import type { Pool } from '@neondatabase/serverless';
 import { TICKET_TRENDS, TICKETS_OUTSTANDING } from '../../workers/console/queries';
 import { BATCH_SQL } from '../../workers/retention/batch';
@@ -75,11 +76,13 @@ try {
     return out;
   };
   const client = await (stack.pg(1) as unknown as Pool).connect();
-  for (const variant of ['as migrated', 'created_idx + ticket_expiry_idx dropped']) {
+  for (const variant of ['as migrated', 'created_idx + ticket_expiry_idx restored (before 0117)']) {
     await client.query('begin');
     if (variant !== 'as migrated')
       await client.query(
-        'drop index private.chat_reaction_operations_created_idx, private.chat_reaction_operations_ticket_expiry_idx',
+        `create index chat_reaction_operations_created_idx on private.chat_reaction_operations (created_at);
+         create index chat_reaction_operations_ticket_expiry_idx on private.chat_reaction_operations (ticket_expires_at);
+         analyze private.chat_reaction_operations`,
       );
     console.log(`\n## ${variant} (${ROWS} receipts)`);
     for (const [name, sql, params] of statements) {
