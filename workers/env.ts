@@ -42,8 +42,8 @@ export const ConfigSchema = z.object({
     .default('https://open.larksuite.com'),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
   DB_STATEMENT_TIMEOUT_MS: intFromString(100, 60_000).default(5000),
-  // Postgres connections one isolate may hold at once, a quarter kept for answers (db/gate.ts).
-  DB_ISOLATE_MAX_CONNECTIONS: intFromString(1, 10_000).default(64),
+  // Postgres connections one isolate may hold at once, half kept for answers (db/gate.ts).
+  DB_ISOLATE_MAX_CONNECTIONS: intFromString(1, 10_000).default(256),
   // Effect runtime (docs/effects.md): liveness floor and candidates per recovery pass.
   EFFECT_STALE_AFTER_MS: intFromString(1000, 3_600_000).default(30_000),
   EFFECT_CLAIM_SCAN_LIMIT: intFromString(1, 10_000).default(100),
