@@ -11,13 +11,19 @@ import type { World } from './world';
  */
 export const QUIESCE_STOPS_MS = [0, 2_000, 31_000, 125_000, 600_000, 3_600_000, 3_700_000];
 
-export async function quiesce(world: World, faults: FaultRunner): Promise<void> {
+export async function quiesce(
+  world: World,
+  faults: FaultRunner,
+  afterFaults: () => Promise<void> = async () => undefined,
+): Promise<void> {
   world.trace.step = null;
   await faults.settle();
   world.lark.faults.clear();
   await world.dbFaults.clear();
   await world.setReplica(false);
   world.trace.add('quiesce: faults off, one runtime');
+  // The operator's follow-ups (workload.ts operatorRetries), before the clock walks.
+  await afterFaults();
   for (const dt of QUIESCE_STOPS_MS) {
     if (dt) await world.advanceClock(dt);
     await timed(world, `quiesce +${dt / 1000}s: minute cron`, () => world.primary.minuteCron());

@@ -3,7 +3,7 @@ import { type CheckResult, checkAll } from './invariants';
 import { quiesce } from './quiesce';
 import { describeStep, FAULT_OPS, type Schedule } from './schedule';
 import type { ChaosStack } from './stack';
-import { newModel, runWorkload, setup } from './workload';
+import { newModel, operatorRetries, runWorkload, setup } from './workload';
 import { World } from './world';
 
 export interface ScheduleResult {
@@ -40,7 +40,7 @@ export async function runSchedule(
       if (FAULT_OPS.has(step.op)) await faults.run(step);
       else await runWorkload(world, model, step);
     }
-    await quiesce(world, faults);
+    await quiesce(world, faults, () => operatorRetries(world, model));
     checks = await checkAll(world, model);
   } catch (err) {
     harnessError = (err as Error).stack ?? String(err);

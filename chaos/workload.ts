@@ -23,6 +23,11 @@ export interface Installation {
   app: AppRecord;
   workspaceId: string;
   rotated: boolean;
+  /**
+   * A secret rotated at Lark whose rotate request to the service got no 2xx (lost in a restart,
+   * refused under a fault): the operator retries it once the faults are over (operatorRetries).
+   */
+  pendingSecret?: string;
   deleted: boolean;
 }
 
@@ -251,6 +256,7 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
       );
       // Lost or refused: the service may still hold the old secret; either way it was rotated at Lark.
       inst.rotated = true;
+      inst.pendingSecret = res && res.status < 300 ? undefined : secret;
       return res !== null;
     }
     case 'delete_installation': {
@@ -545,4 +551,24 @@ async function mobilePut(world: World, model: Model, op: MobileOp, what: string)
           : 'applied'
         : 'refused';
   op.attempts.push({ at: Date.now(), kind, status: res?.status ?? 'lost', code, sentAtDbMs });
+}
+
+/**
+ * What an operator does after the incident, before the quiesce walk: a rotation whose request
+ * got no 2xx is sent again (the secret at Lark is already the new one; without it the service
+ * holds a secret Lark refuses and can withdraw nothing). Faults are off by then.
+ */
+export async function operatorRetries(world: World, model: Model): Promise<void> {
+  for (const [i, inst] of model.installations.entries()) {
+    if (inst.deleted || !inst.pendingSecret) continue;
+    const res = await world.admin(
+      `operator retries rotate installation ${i}`,
+      'POST',
+      `/admin/lark/installations/${inst.id}/rotate`,
+      {
+        app_secret: inst.pendingSecret,
+      },
+    );
+    if (res && res.status < 300) inst.pendingSecret = undefined;
+  }
 }

@@ -58,7 +58,9 @@ describe('receipt and fence lifetimes (migration 0020)', () => {
         ),
       );
     // Every ticket write inserts into each receipt index (migration 0117 dropped the two unused ones).
-    expect(defs).not.toMatch(/ON private\.chat_reaction_operations USING btree \((created_at|ticket_expires_at)\)$/m);
+    expect(defs).not.toMatch(
+      /ON private\.chat_reaction_operations USING btree \((created_at|ticket_expires_at)\)$/m,
+    );
   });
 
   it('the admin directory refuses to re-home a message under another conversation', async () => {

@@ -71,6 +71,15 @@ const calls = async () => (await emu<{ calls: Call[] }>('calls')).calls;
 const tokenRequests = async () =>
   (await calls()).filter((c) => c.route === 'token').map((c) => c.requestedAppId);
 
+/** Whether the retry pass would claim the row now, by the database's (test) clock. */
+async function dueNow(id: string): Promise<boolean> {
+  const { rows } = await pool.query<{ due: boolean }>(
+    'select next_attempt_at <= app_now() as due from channel_typing_reaction where id = $1',
+    [id],
+  );
+  return rows[0]!.due;
+}
+
 const retry = (workspaceId: string) =>
   runRemoteRetry(pool, { keys: keys(), scope: { workspaceIds: [workspaceId] } });
 
@@ -224,5 +233,45 @@ describe('a withdrawal after the App Secret was rotated', () => {
     expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 1, cleaned: 0, permanent: 1 });
     expect(await tokenRequests()).toEqual([inst.appId]);
     expect(await typingOf(live!.messageId, inst.appId)).toHaveLength(1);
+  });
+
+  it('rotation.refused_rows_due_at_once: rotated at Lark first, the service behind (its rotate request lost): refused with both secrets the row backs off; the rotation that lands makes it due at once and the next pass withdraws it', async () => {
+    // Found by the chaos run (seed 3002, schedule 478): the operator's rotate request was lost
+    // in a runtime restart, so Lark refused the snapshot and the current secret alike and the
+    // row backed off for hours; after the operator's retry the badge waited out that backoff.
+    const inst = await install();
+    const [live] = await liveRows(pool, inst, 1);
+    const appSecret = `rotated-${crypto.randomUUID()}`;
+    await emu(`apps/${inst.appId}/rotate-secret`, { app_secret: appSecret, revoke_tokens: true });
+    clearTokenCache();
+
+    expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 1, cleaned: 0 });
+    expect((await row(pool, live!.id)).last_error).toMatch(/:10015$/);
+    expect(await dueNow(live!.id)).toBe(false);
+    expect(await typingOf(live!.messageId, inst.appId)).toHaveLength(1);
+
+    const res = await admin(`/${inst.id}/rotate`, { body: { app_secret: appSecret } });
+    expect(res.status).toBe(200);
+    expect(await dueNow(live!.id)).toBe(true);
+
+    expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 1, cleaned: 1 });
+    expect(await typingOf(live!.messageId, inst.appId)).toEqual([]);
+  });
+
+  it("rotation.other_rows_keep_their_schedule: a rotation leaves alone the rows that were not refused for credentials, and other installations' rows", async () => {
+    const inst = await install();
+    const other = await install();
+    const [mine] = await liveRows(pool, inst, 1);
+    const [theirs] = await liveRows(pool, other, 1);
+    const later = `app_now() + interval '1 hour'`;
+    await pool.query(
+      `update channel_typing_reaction set next_attempt_at = ${later},
+         last_error = case when id = $1 then 'retry:retryable:500' else 'retry:permanent:10015' end
+       where id = any($2)`,
+      [mine!.id, [mine!.id, theirs!.id]],
+    );
+    const res = await admin(`/${inst.id}/rotate`, { body: { app_secret: `rotated-${crypto.randomUUID()}` } });
+    expect(res.status).toBe(200);
+    expect([await dueNow(mine!.id), await dueNow(theirs!.id)]).toEqual([false, false]);
   });
 });

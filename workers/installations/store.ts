@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { type KeyRing, seal, unseal } from '../crypto/sealed';
+import { CREDENTIAL_CODES } from '../lark/errors';
 import { pgText } from '../lib/pg-text';
 
 type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
@@ -100,7 +101,20 @@ export interface Rotation {
   encryptKey?: string | null;
 }
 
-/** Re-seals the given secrets (with the newest key version) and bumps credential_version. */
+/** A Typing row's last_error when Lark refused the app's credentials (`<stage>:<kind>:<code>`). */
+const CREDENTIALS_REFUSED_ERROR = `:(${[...CREDENTIAL_CODES].join('|')})$`;
+
+/**
+ * Re-seals the given secrets (with the newest key version) and bumps credential_version.
+ *
+ * A new App Secret or Open API host also makes due at once, in the same statement, every
+ * pending Typing withdrawal of this installation's app that Lark last refused for its
+ * credentials (10014/10015 from the token endpoint: `last_error` ends in the code): those rows
+ * back off for hours after repeated refusals, and the rotation is what they were waiting for.
+ * The chaos run found it: the secret rotated at Lark, the operator's rotate request lost in a
+ * runtime restart, the retry refused with both secrets; after the operator's retry the badge
+ * still waited out the backoff. Other rows keep their schedule.
+ */
 export async function rotateInstallation(
   q: Q,
   keys: KeyRing,
@@ -108,15 +122,26 @@ export async function rotateInstallation(
   r: Rotation,
 ): Promise<InstallationRow | undefined> {
   const { rows } = await q.query<InstallationRow>(
-    `update lark_installations set
-       api_base = coalesce($2, api_base),
-       app_secret_sealed = coalesce($3, app_secret_sealed),
-       verification_token_sealed = coalesce($4, verification_token_sealed),
-       encrypt_key_sealed = case when $5::boolean then $6 else encrypt_key_sealed end,
-       credential_version = credential_version + 1,
-       updated_at = app_now()
-     where id = $1
-     returning *`,
+    `with rotated as (
+       update lark_installations set
+         api_base = coalesce($2, api_base),
+         app_secret_sealed = coalesce($3, app_secret_sealed),
+         verification_token_sealed = coalesce($4, verification_token_sealed),
+         encrypt_key_sealed = case when $5::boolean then $6 else encrypt_key_sealed end,
+         credential_version = credential_version + 1,
+         updated_at = app_now()
+       where id = $1
+       returning *),
+     refused_now_due as (
+       update channel_typing_reaction t
+          set next_attempt_at = app_now(), updated_at = app_now()
+         from rotated
+        where ($2::text is not null or $3::text is not null)
+          and t.installation_id = rotated.id and t.app_id = rotated.app_id
+          and t.cleaned_at is null and t.abandoned_at is null
+          and t.next_attempt_at > app_now()
+          and t.last_error ~ $7)
+     select * from rotated`,
     [
       id,
       r.apiBase ?? null,
@@ -124,6 +149,7 @@ export async function rotateInstallation(
       r.verificationToken ? await seal(keys, r.verificationToken, boundTo(id, 'verification_token')) : null,
       r.encryptKey !== undefined,
       r.encryptKey ? await seal(keys, r.encryptKey, boundTo(id, 'encrypt_key')) : null,
+      CREDENTIALS_REFUSED_ERROR,
     ],
   );
   return rows[0];
