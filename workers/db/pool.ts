@@ -74,6 +74,12 @@ interface GateTicket {
   held: Set<Permit>;
 }
 
+/** A place back to the isolate's budget, and off the pool's list (idempotent). */
+function giveBack(gate: GateTicket, permit: Permit): void {
+  gate.held.delete(permit);
+  permit.release();
+}
+
 /**
  * A client that takes a place in the isolate's budget before it opens its connection, and
  * gives it back when the connection ends. The wait happens inside the pool's connect, so its
@@ -89,17 +95,11 @@ class GatedClient extends Client {
       const opened = isolateGate.acquire(gate.priority, gate.waitMs).then(async (p) => {
         permit = p;
         gate.held.add(p);
-        this.once('end', () => {
-          gate.held.delete(p);
-          p.release();
-        });
+        this.once('end', () => giveBack(gate, p));
         await open();
       });
       const settled = opened.catch((err: unknown) => {
-        if (permit) {
-          gate.held.delete(permit);
-          permit.release();
-        }
+        if (permit) giveBack(gate, permit);
         throw err;
       });
       if (!callback) return settled;
@@ -179,9 +179,8 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
     poolStats.ended += 1;
     // By design: see the 'error' handler above; a pool that fails to end has nothing left to lose.
     await end().catch(() => undefined);
-    // A connection whose socket never reported its end still gave its place back here.
-    for (const permit of gate.held) permit.release();
-    gate.held.clear();
+    // A connection whose socket never reported its end still gives its place back here.
+    for (const permit of gate.held) giveBack(gate, permit);
   }) as typeof pool.end;
   return pool;
 }
