@@ -1,6 +1,7 @@
 import { DurableObject } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { openPool } from '../workers/db/pool';
+import { isDatabaseUnavailable } from '../workers/db/refusal';
 import { effectConfigFrom, heartbeatEveryMs } from '../workers/effects/host-config';
 import { loadInstance } from '../workers/effects/mailbox';
 import { heartbeat, registerProcess, releaseProcess } from '../workers/effects/processes';
@@ -157,7 +158,12 @@ export class ActorHost extends DurableObject<Env> {
     try {
       await this.wake(instanceId);
     } catch (err) {
-      log.error('actor_host_pump_failed', { instanceId, error: err });
+      // The retry alarm below is the handling either way. A database that refused or dropped
+      // the connection (the server at its ceiling, the isolate's connection budget spent: the
+      // overload this host is expected to ride out) is a warning operators count, not an error
+      // per pump; anything else is a bug or bad data and stays an error.
+      if (isDatabaseUnavailable(err)) log.warn('actor_host_pump_deferred', { instanceId, error: err });
+      else log.error('actor_host_pump_failed', { instanceId, error: err });
       await this.alarmClock.set(Date.now() + PUMP_RETRY_MS);
     }
   }
