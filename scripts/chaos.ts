@@ -19,7 +19,8 @@ const { values } = parseArgs({
     'shrink-seconds': { type: 'string', default: '300' },
     quiet: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
-    // Stop starting schedules after this many minutes (0: no limit); the report says how many ran.
+    // Start no schedule after this many minutes (0: no limit); the running one finishes, and
+    // the report says how many ran.
     minutes: { type: 'string', default: '0' },
   },
 });
@@ -66,9 +67,18 @@ try {
     let target: string | null = null;
     let firstFailureAt: number | null = null;
     const results = new Map<string, ScheduleResult>();
+    // `--minutes`: no schedule starts after this instant, and the one running then finishes
+    // (fast-check's own time limit would abandon it mid-flight, its database dropped under it
+    // by the stack's stop and counted as a harness error). Shrinking a failure is not cut.
+    const startBy = minutes > 0 ? started + minutes * 60_000 : Number.POSITIVE_INFINITY;
+    let notStarted = 0;
     const property = fc.asyncProperty(scheduleArb(maxParts), async (schedule) => {
       // Past the shrink budget: every candidate passes, so the shrinker stops where it is.
       if (firstFailureAt !== null && Date.now() - firstFailureAt > shrinkMs) return true;
+      if (firstFailureAt === null && Date.now() >= startBy) {
+        notStarted++;
+        return true;
+      }
       const result = await runSchedule(stack, schedule, index++);
       if (firstFailureAt === null) stats.add(result);
       const line = `schedule ${result.index}: ${result.steps} steps, ${result.durationMs} ms, ${
@@ -97,9 +107,11 @@ try {
       numRuns,
       path: values.path,
       endOnFailure: false,
-      ...(minutes > 0 ? { interruptAfterTimeLimit: minutes * 60_000, markInterruptAsFailure: false } : {}),
     });
-    if (out.interrupted) say(`time limit of ${minutes} min reached after ${stats.schedules} schedule(s)`);
+    if (notStarted > 0)
+      say(
+        `time limit of ${minutes} min reached after ${stats.schedules} schedule(s); ${notStarted} not started`,
+      );
     if (out.failed && out.counterexample) {
       const [schedule] = out.counterexample;
       const result = results.get(JSON.stringify(schedule));
@@ -113,7 +125,7 @@ try {
       if (result) printFailure(result, schedule);
       exit = 1;
     } else if (out.failed) {
-      say(`FAILED: ${out.interrupted ? 'interrupted' : 'too many skips'}`);
+      say('FAILED: too many skips');
       exit = 1;
     }
   }
