@@ -5,7 +5,7 @@ import { PUMP_RETRY_MS } from '../../durable-objects/actor-host';
 import { actorHostStub } from '../../workers/effects/actor-host-stub';
 import { enqueueMessage, ensureInstance } from '../../workers/effects/mailbox';
 import { effectRegistry } from '../../workers/effects/registry';
-import { testPool, uid } from '../helpers/db';
+import { refusedRole, testPool, uid } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
 
 effectRegistry.registerActor<{ seen: number }>({
@@ -15,23 +15,12 @@ effectRegistry.registerActor<{ seen: number }>({
 });
 
 const pool = testPool(1);
-// A login role the server refuses at connect (53300, as at max_connections), for this file only.
-const role = uid('pumprefused')
-  .replace(/[^a-z0-9_]/gi, '_')
-  .toLowerCase()
-  .slice(0, 60);
-const password = `pw${crypto.randomUUID().replaceAll('-', '')}`;
-beforeAll(() => pool.query(`create role ${role} login password '${password}' connection limit 0`));
+const refused = refusedRole(pool, 'pumprefused');
+beforeAll(() => refused.create());
 afterAll(async () => {
-  await pool.query(`drop role if exists ${role}`);
+  await refused.drop();
   await pool.end();
 });
-
-function databaseUrl(change: (url: URL) => void): string {
-  const url = new URL(env.DATABASE_URL);
-  change(url);
-  return url.toString();
-}
 
 /** Fires the host's alarm with `DATABASE_URL` replaced (the pump opens its pools from `this.env`). */
 async function alarmWith(instanceId: string, DATABASE_URL: string) {
@@ -63,12 +52,7 @@ describe('ActorHost pump when the database is unavailable', () => {
   it('effects.pump_refusal_is_a_warning: a refused connection logs actor_host_pump_deferred (warn, not an error) and retries from the alarm, which then delivers', async () => {
     const inst = await ensureInstance(pool, 'unavailable-test', uid('u'));
     await enqueueMessage(pool, inst, 'in:1', 'waits for the database');
-    const refused = databaseUrl((u) => {
-      u.username = role;
-      u.password = password;
-    });
-
-    const { events, retryArmed } = await alarmWith(inst, refused);
+    const { events, retryArmed } = await alarmWith(inst, refused.url);
     expect(events).toContain('warn:actor_host_pump_deferred');
     expect(events).not.toContain('error:actor_host_pump_failed');
     expect(retryArmed).toBe(true);
@@ -84,11 +68,10 @@ describe('ActorHost pump when the database is unavailable', () => {
   it('effects.pump_error_stays_an_error: a failure that is not the database being unavailable (a database that does not exist) still logs actor_host_pump_failed', async () => {
     const inst = await ensureInstance(pool, 'unavailable-test', uid('u'));
     await enqueueMessage(pool, inst, 'in:1', 'a misconfiguration, not an overload');
-    const missing = databaseUrl((u) => {
-      u.pathname = `/no_such_db_${crypto.randomUUID().slice(0, 8)}`;
-    });
+    const missing = new URL(env.DATABASE_URL);
+    missing.pathname = `/no_such_db_${crypto.randomUUID().slice(0, 8)}`;
 
-    const { events, retryArmed } = await alarmWith(inst, missing);
+    const { events, retryArmed } = await alarmWith(inst, missing.toString());
     expect(events).toContain('error:actor_host_pump_failed');
     expect(events).not.toContain('warn:actor_host_pump_deferred');
     expect(retryArmed).toBe(true);

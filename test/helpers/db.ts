@@ -114,3 +114,25 @@ export async function dbNowMs(pool: Pool): Promise<number> {
 export function uid(prefix = 't'): string {
   return `${prefix}_${crypto.randomUUID().replaceAll('-', '').slice(0, 16)}`;
 }
+
+/**
+ * A login role the server refuses at connect (53300 "too many connections for role": the
+ * refusal of a server at max_connections), forced for one test file whatever the load. `url`
+ * is DATABASE_URL (same server, same database) signed in as that role; `create` it before the
+ * file's tests and `drop` it after.
+ */
+export function refusedRole(pool: Pool, name: string) {
+  const role = uid(name)
+    .replace(/[^a-z0-9_]/gi, '_')
+    .toLowerCase()
+    .slice(0, 60);
+  const password = `pw${crypto.randomUUID().replaceAll('-', '')}`;
+  const url = new URL(env.DATABASE_URL);
+  url.username = role;
+  url.password = password;
+  return {
+    url: url.toString(),
+    create: () => pool.query(`create role ${role} login password '${password}' connection limit 0`),
+    drop: () => pool.query(`drop role if exists ${role}`),
+  };
+}

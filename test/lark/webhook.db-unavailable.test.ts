@@ -2,24 +2,17 @@ import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test'
 import { env } from 'cloudflare:workers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import worker from '../../workers/index';
-import { testPool, uid } from '../helpers/db';
+import { refusedRole, testPool } from '../helpers/db';
 import { changedTables, tableSums } from '../helpers/tables';
 import { buildEvent, installApp } from './helpers';
 
 const pool = testPool(2);
-// A login role the server refuses at connect (53300 "too many connections for role"): the
-// refusal a server at max_connections gives, forced for this file only, whatever the load.
-const role = uid('refused')
-  .replace(/[^a-z0-9_]/gi, '_')
-  .toLowerCase()
-  .slice(0, 60);
-const password = `pw${crypto.randomUUID().replaceAll('-', '')}`;
+// A role the server refuses at connect (53300), for this file only, whatever the load.
+const refusedDb = refusedRole(pool, 'refused');
 
-beforeAll(async () => {
-  await pool.query(`create role ${role} login password '${password}' connection limit 0`);
-});
+beforeAll(() => refusedDb.create());
 afterAll(async () => {
-  await pool.query(`drop role if exists ${role}`);
+  await refusedDb.drop();
   await pool.end();
 });
 
@@ -32,13 +25,10 @@ async function post(
   request: { headers: Record<string, string>; body: string },
   refused: boolean,
 ) {
-  const url = new URL(env.DATABASE_URL);
-  url.username = role;
-  url.password = password;
   const ctx = createExecutionContext();
   const res = await worker.fetch(
     new Request(`http://test/lark/events/${installationId}`, { method: 'POST', ...request }),
-    (refused ? { ...env, DATABASE_URL: url.toString() } : env) as typeof env,
+    (refused ? { ...env, DATABASE_URL: refusedDb.url } : env) as typeof env,
     ctx,
   );
   await waitOnExecutionContext(ctx);
