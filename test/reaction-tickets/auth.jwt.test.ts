@@ -12,7 +12,10 @@ import { captureLogLines } from '../helpers/logs';
 import { call, seedWorld, tokenFor } from './helpers';
 
 const SECRET = 'a-test-secret-that-is-long-enough-0123456789';
-afterEach(() => vi.restoreAllMocks());
+afterEach(() => {
+  vi.useRealTimers();
+  vi.restoreAllMocks();
+});
 
 async function code(p: Promise<unknown>): Promise<string> {
   try {
@@ -150,7 +153,9 @@ describe('actor JWT edges', () => {
       ['the connection is refused', 'refused'],
     ];
     for (const [name, failure] of failures) {
-      it(`${name}: 503 + Retry-After, logged once; the same token is accepted when the key set is back`, async () => {
+      it(`${name}: 503 + Retry-After, logged once; held for the Retry-After without a fetch; the same token is accepted when the key set is back`, async () => {
+        // Only Date is faked: the hold after a failed fetch is measured on it.
+        vi.useFakeTimers({ toFake: ['Date'] });
         const w = await seedWorld();
         const keys = await startJwksServer();
         const bindings =
@@ -159,14 +164,33 @@ describe('actor JWT edges', () => {
             : keys.bindings;
         if (failure !== 'refused') keys.state.mode = failure;
         const token = await keys.sign(w.actors[0]!);
+        const read = () => call('GET', `/v1/messages/${w.messages[0]}/reactions`, { token, env: bindings });
         const logs = captureLogLines();
-        const res = await call('GET', `/v1/messages/${w.messages[0]}/reactions`, { token, env: bindings });
-        logs.restore();
+        const res = await read();
         expect(res.status).toBe(503);
         expect(res.body.error.code).toBe('service_unavailable');
-        expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+        const retryAfterS = Number(res.headers.get('retry-after'));
+        expect(retryAfterS).toBeGreaterThan(0);
         expect(res.headers.get('www-authenticate')).toBeNull();
         expect(logs.events('actor_jwks_unavailable')).toHaveLength(1);
+
+        // auth.jwks_failure_held: until the Retry-After has passed, this isolate answers the
+        // same 503 at once: no fetch of a provider that is down, no caller held for the fetch
+        // timeout, no second log line. Then it fetches again.
+        if (failure !== 'refused') keys.state.mode = 'up';
+        const fetched = keys.state.fetches;
+        vi.setSystemTime(Date.now() + retryAfterS * 1000 - 1);
+        const held = await read();
+        logs.restore();
+        expect(held.status).toBe(503);
+        expect(Number(held.headers.get('retry-after'))).toBe(retryAfterS);
+        expect(keys.state.fetches).toBe(fetched);
+        expect(logs.events('actor_jwks_unavailable')).toHaveLength(1);
+        vi.setSystemTime(Date.now() + 1);
+        if (failure !== 'refused') {
+          expect((await read()).status).toBe(200);
+          expect(keys.state.fetches).toBe(fetched + 1);
+        }
 
         keys.state.mode = 'up';
         const back = await call('GET', `/v1/messages/${w.messages[0]}/reactions`, {

@@ -25,11 +25,20 @@ export type ActorEnv = AppEnv & { Variables: AppEnv['Variables'] & { actor: Acto
 const JWKS_TIMEOUT_MS = 3000;
 /** Allowed difference between the issuer's clock and ours, for `exp`, `nbf` and `iat`. */
 export const CLOCK_SKEW_SECONDS = 5;
-/** What a 503 for an unreachable key set tells the app to wait (jose retries on the next request). */
+/** What a 503 for an unreachable key set tells the app to wait; the isolate's own hold after a failed fetch (below). */
 const JWKS_RETRY_AFTER_SECONDS = 5;
 const ASYMMETRIC = ['RS256', 'PS256', 'ES256', 'EdDSA'];
 // Key sets hold only fetched public keys; jose refetches on an unknown `kid` after a cooldown.
 const jwksCache = new Map<string, JWTVerifyGetKey>();
+/**
+ * After a failed key-set fetch, for as long as the Retry-After it answered, requests of this
+ * isolate answer the same 503 at once instead of fetching again: jose keeps nothing of a
+ * failure, so without this every request to a provider that is down waits out its own fetch
+ * (up to JWKS_TIMEOUT_MS) and sends the provider one more. A client that waits as told meets
+ * a fresh fetch. Per key-set URL, isolate memory only (a new isolate fetches at once).
+ */
+const JWKS_FAILURE_HOLD_MS = JWKS_RETRY_AFTER_SECONDS * 1000;
+const jwksFailedAt = new Map<string, number>();
 const secretCache = new Map<string, Uint8Array>();
 
 type AuthConfig = Pick<
@@ -76,7 +85,8 @@ export async function verifyActorToken(config: AuthConfig, token: string): Promi
     // `iat`) is the one 401, and the reason is not told to the caller.
     if (err instanceof AppError) throw err;
     if (err instanceof KeySetUnavailable) {
-      log.warn('actor_jwks_unavailable', { error: err.cause });
+      // Once per failed fetch: the requests answered from the hold add nothing to it.
+      if (!err.held) log.warn('actor_jwks_unavailable', { error: err.cause });
       throw new AppError('service_unavailable', 'The actor key set is unavailable; retry later', undefined, {
         'retry-after': String(JWKS_RETRY_AFTER_SECONDS),
       });
@@ -87,8 +97,18 @@ export async function verifyActorToken(config: AuthConfig, token: string): Promi
   }
 }
 
-/** The key set could not be fetched or read: the provider's failure, not the token's. */
-class KeySetUnavailable extends Error {}
+/**
+ * The key set could not be fetched or read: the provider's failure, not the token's. `held`:
+ * no fetch was made, a recent one failed (JWKS_FAILURE_HOLD_MS).
+ */
+class KeySetUnavailable extends Error {
+  constructor(
+    readonly held: boolean,
+    options: { cause: unknown },
+  ) {
+    super(held ? 'key set unavailable (a fetch failed moments ago)' : 'key set unavailable', options);
+  }
+}
 
 /**
  * The remote key set of `url`, with its failures sorted: a key set that was read but has no
@@ -102,8 +122,13 @@ function keySet(url: string): JWTVerifyGetKey {
   if (!jwks) {
     const remote = createRemoteJWKSet(new URL(url), { timeoutDuration: JWKS_TIMEOUT_MS });
     jwks = async (header, token) => {
+      const failedAt = jwksFailedAt.get(url);
+      if (failedAt !== undefined && Date.now() - failedAt < JWKS_FAILURE_HOLD_MS)
+        throw new KeySetUnavailable(true, { cause: null });
       try {
-        return await remote(header, token);
+        const key = await remote(header, token);
+        jwksFailedAt.delete(url);
+        return key;
       } catch (err) {
         if (
           err instanceof joseErrors.JWKSNoMatchingKey ||
@@ -111,7 +136,8 @@ function keySet(url: string): JWTVerifyGetKey {
           err instanceof joseErrors.JOSENotSupported
         )
           throw err;
-        throw new KeySetUnavailable('key set unavailable', { cause: err });
+        jwksFailedAt.set(url, Date.now());
+        throw new KeySetUnavailable(false, { cause: err });
       }
     };
     jwksCache.set(url, jwks);
