@@ -201,6 +201,31 @@ describe('actor JWT edges', () => {
       });
     }
 
+    it('auth.jwks_hold_spares_cached_keys: a failed refetch for an unknown kid does not turn away tokens whose key is cached', async () => {
+      vi.useFakeTimers({ toFake: ['Date'] });
+      const keys = await startJwksServer();
+      const good = await keys.sign('actor_jwks');
+      expect(await code(verifyActorToken(keys.bindings, good))).toBe('ok');
+      // Past jose's refetch cooldown (30 s) the provider goes down, and a token naming a key
+      // the cached set lacks makes jose refetch: that fetch fails (503, the hold starts).
+      vi.setSystemTime(Date.now() + 31_000);
+      keys.state.mode = 'http-503';
+      const other = await generateKeyPair('ES256');
+      const unknownKid = await new SignJWT({})
+        .setProtectedHeader({ alg: 'ES256', kid: 'rotated-in' })
+        .setSubject('actor_jwks')
+        .setIssuer(keys.bindings.ACTOR_JWT_ISSUER)
+        .setAudience(keys.bindings.ACTOR_JWT_AUDIENCE)
+        .setIssuedAt()
+        .setExpirationTime('5m')
+        .sign(other.privateKey);
+      const fetched = keys.state.fetches;
+      expect(await code(verifyActorToken(keys.bindings, unknownKid))).toBe('service_unavailable');
+      expect(keys.state.fetches).toBe(fetched + 1);
+      // Inside the hold, the token whose key is in the fresh cached set is still verified.
+      expect(await code(verifyActorToken(keys.bindings, good))).toBe('ok');
+    });
+
     it('a token whose key is not in a reachable key set is still 401', async () => {
       const keys = await startJwksServer();
       const other = await generateKeyPair('ES256');

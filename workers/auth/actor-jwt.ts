@@ -122,8 +122,11 @@ function keySet(url: string): JWTVerifyGetKey {
   if (!jwks) {
     const remote = createRemoteJWKSet(new URL(url), { timeoutDuration: JWKS_TIMEOUT_MS });
     jwks = async (header, token) => {
+      // Only a call that would fetch is held: with a fresh key set cached, a token whose key is
+      // in it is verified as usual (a failed refetch for some other token's unknown `kid` must
+      // not turn every valid token away; jose's cooldown already bounds those refetches).
       const failedAt = jwksFailedAt.get(url);
-      if (failedAt !== undefined && Date.now() - failedAt < JWKS_FAILURE_HOLD_MS)
+      if (!remote.fresh && failedAt !== undefined && Date.now() - failedAt < JWKS_FAILURE_HOLD_MS)
         throw new KeySetUnavailable(true, { cause: null });
       try {
         const key = await remote(header, token);
