@@ -26,6 +26,19 @@ async function code(p: Promise<unknown>): Promise<string> {
   }
 }
 
+/** An actor token for the key set's issuer and audience, signed by a key that is not in the set (`kid`). */
+async function foreignToken(bindings: { ACTOR_JWT_ISSUER: string; ACTOR_JWT_AUDIENCE: string }, kid: string) {
+  const other = await generateKeyPair('ES256');
+  return new SignJWT({})
+    .setProtectedHeader({ alg: 'ES256', kid })
+    .setSubject('actor_jwks')
+    .setIssuer(bindings.ACTOR_JWT_ISSUER)
+    .setAudience(bindings.ACTOR_JWT_AUDIENCE)
+    .setIssuedAt()
+    .setExpirationTime('5m')
+    .sign(other.privateKey);
+}
+
 describe('actor JWT verification', () => {
   it('HS256: accepts a valid token with issuer/audience, refuses wrong secret, issuer, audience or alg none', async () => {
     const config = { ACTOR_JWT_SECRET: SECRET, ACTOR_JWT_ISSUER: 'chat', ACTOR_JWT_AUDIENCE: 'reactions' };
@@ -210,15 +223,7 @@ describe('actor JWT edges', () => {
       // the cached set lacks makes jose refetch: that fetch fails (503, the hold starts).
       vi.setSystemTime(Date.now() + 31_000);
       keys.state.mode = 'http-503';
-      const other = await generateKeyPair('ES256');
-      const unknownKid = await new SignJWT({})
-        .setProtectedHeader({ alg: 'ES256', kid: 'rotated-in' })
-        .setSubject('actor_jwks')
-        .setIssuer(keys.bindings.ACTOR_JWT_ISSUER)
-        .setAudience(keys.bindings.ACTOR_JWT_AUDIENCE)
-        .setIssuedAt()
-        .setExpirationTime('5m')
-        .sign(other.privateKey);
+      const unknownKid = await foreignToken(keys.bindings, 'rotated-in');
       const fetched = keys.state.fetches;
       expect(await code(verifyActorToken(keys.bindings, unknownKid))).toBe('service_unavailable');
       expect(keys.state.fetches).toBe(fetched + 1);
@@ -228,15 +233,7 @@ describe('actor JWT edges', () => {
 
     it('a token whose key is not in a reachable key set is still 401', async () => {
       const keys = await startJwksServer();
-      const other = await generateKeyPair('ES256');
-      const token = await new SignJWT({})
-        .setProtectedHeader({ alg: 'ES256', kid: 'not-in-the-set' })
-        .setSubject('actor_jwks')
-        .setIssuer(keys.bindings.ACTOR_JWT_ISSUER)
-        .setAudience(keys.bindings.ACTOR_JWT_AUDIENCE)
-        .setIssuedAt()
-        .setExpirationTime('5m')
-        .sign(other.privateKey);
+      const token = await foreignToken(keys.bindings, 'not-in-the-set');
       expect(await code(verifyActorToken(keys.bindings, token))).toBe('unauthorized');
     });
   });
