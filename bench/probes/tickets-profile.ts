@@ -9,12 +9,10 @@
 // (top-level and nested) by total execution time, with calls and WAL.
 import { readFile } from 'node:fs/promises';
 import type { Pool } from '@neondatabase/serverless';
-import { withTx } from '../../workers/db/tx';
-import { mintOperationId } from '../../workers/reaction-tickets/operation-id';
 import { applyWithTicket } from '../../workers/reaction-tickets/operations';
-import { issueTicket } from '../../workers/reaction-tickets/tickets';
-import type { Desired, Queryable } from '../../workers/reaction-tickets/types';
+import type { Queryable } from '../../workers/reaction-tickets/types';
 import { startBenchStack } from '../lib/stack';
+import { BARE_UPSERT, desiredAt, issueTickets, seedTicketWorld } from '../lib/ticket-world';
 
 const ACTORS = 32;
 const OPS = Number(process.argv[2] ?? 60);
@@ -34,24 +32,8 @@ if (process.env.PROBE_TRACK)
 // PROBE_SQL=file.sql: applied after the migrations, to try a schema or function variant.
 if (process.env.PROBE_SQL) await admin.query(await readFile(process.env.PROBE_SQL, 'utf8'));
 
-const ws = `p_${Date.now().toString(36)}`;
-const actors = Array.from({ length: ACTORS }, (_, i) => `${ws}_a${i}`);
-const spread = actors.map((_, i) => `${ws}_m${i}`);
-const hot = `${ws}_hot`;
-await admin.query('insert into private.workspaces (id) values ($1)', [ws]);
-await admin.query('insert into private.actors (id, workspace_id) select unnest($1::text[]), $2', [
-  actors,
-  ws,
-]);
-await admin.query('insert into private.conversations (id, workspace_id) values ($1, $2)', [`${ws}_c`, ws]);
-await admin.query(
-  'insert into private.conversation_members (conversation_id, actor_id) select $1, unnest($2::text[])',
-  [`${ws}_c`, actors],
-);
-await admin.query(
-  'insert into private.messages (id, workspace_id, conversation_id) select unnest($1::text[]), $2, $3',
-  [[hot, ...spread], ws, `${ws}_c`],
-);
+const world = await seedTicketWorld(admin, `p_${Date.now().toString(36)}`, ACTORS);
+const { actors, hot, spread } = world;
 
 async function backendCpuTicks(): Promise<number> {
   const { rows } = await admin.query<{ pid: number }>(
@@ -123,35 +105,6 @@ async function runActors(fn: (actor: number, i: number) => Promise<unknown>): Pr
   return failed;
 }
 
-const desiredAt = (i: number): Desired => (i % 2 === 0 ? 'present' : 'absent');
-const BARE_UPSERT = `
-  insert into private.message_reactions (message_id, actor_id, emoji) values ($1, $2, $3)
-  on conflict (message_id, actor_id, emoji) do update set created_at = app_now()`;
-
-async function issue(messageOf: (a: number) => string) {
-  const tickets: { id: string; operationId: string }[][] = actors.map(() => []);
-  await Promise.all(
-    actors.map(async (actorId, a) => {
-      for (let i = 0; i < OPS; i++) {
-        const operationId = mintOperationId(Date.now());
-        const { ticket } = await withTx(pool, TX, (c) =>
-          issueTicket(c as unknown as Queryable, {
-            actorId,
-            operationId,
-            intent: { messageId: messageOf(a), emoji: '👍', desired: desiredAt(i) },
-            admission: { workspaceId: ws, conversationId: `${ws}_c` },
-            ttlSeconds: 7 * 86_400,
-            keyVersion: '1',
-            maxOutstanding: OPS,
-          }),
-        );
-        tickets[a]!.push({ id: ticket.id, operationId });
-      }
-    }),
-  );
-  return tickets;
-}
-
 try {
   for (const [name, messageOf] of [
     ['one hot message', () => hot],
@@ -163,7 +116,7 @@ try {
     await measure(`bare upsert, ${name}`, ACTORS * OPS, () =>
       runActors((a) => pool.query(BARE_UPSERT, [messageOf(a), actors[a]!, '🧱'])),
     );
-    const tickets = await issue(messageOf);
+    const tickets = await issueTickets(pool, world, messageOf, OPS);
     await admin.query('analyze');
     // PROBE_PAUSE_MS: time to attach a profiler (perf record -p) to the pids printed here.
     if (process.env.PROBE_PAUSE_MS) {

@@ -1,11 +1,9 @@
 import type { Pool } from '@neondatabase/serverless';
-import { withTx } from '../../workers/db/tx';
-import { mintOperationId } from '../../workers/reaction-tickets/operation-id';
 import { applyWithTicket } from '../../workers/reaction-tickets/operations';
-import { issueTicket } from '../../workers/reaction-tickets/tickets';
-import type { Desired, Queryable } from '../../workers/reaction-tickets/types';
+import type { Queryable } from '../../workers/reaction-tickets/types';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
+import { BARE_UPSERT, desiredAt, issueTickets, seedTicketWorld, type TicketWorld } from '../lib/ticket-world';
 
 /**
  * Ticketed reaction writes vs the bare upsert, 32 concurrent actors, on one hot message and on
@@ -18,28 +16,6 @@ import { type BenchRow, percentile, round } from '../lib/stats';
 const ACTORS = 32;
 const OPS = Number(process.env.BENCH_TICKET_OPS ?? 60);
 const TX = { budgetMs: 10_000, lockTimeoutMs: 10_000 };
-
-async function seed(pool: Pool, tag: string): Promise<{ actors: string[]; hot: string; spread: string[] }> {
-  const ws = `bench_${tag}`;
-  const actors = Array.from({ length: ACTORS }, (_, i) => `${ws}_a${i}`);
-  const spread = actors.map((_, i) => `${ws}_m${i}`);
-  const hot = `${ws}_hot`;
-  await pool.query(`insert into private.workspaces (id) values ($1)`, [ws]);
-  await pool.query('insert into private.actors (id, workspace_id) select unnest($1::text[]), $2', [
-    actors,
-    ws,
-  ]);
-  await pool.query('insert into private.conversations (id, workspace_id) values ($1, $2)', [`${ws}_c`, ws]);
-  await pool.query(
-    'insert into private.conversation_members (conversation_id, actor_id) select $1, unnest($2::text[])',
-    [`${ws}_c`, actors],
-  );
-  await pool.query(
-    'insert into private.messages (id, workspace_id, conversation_id) select unnest($1::text[]), $2, $3',
-    [[hot, ...spread], ws, `${ws}_c`],
-  );
-  return { actors, hot, spread };
-}
 
 async function runActors(fn: (actor: number, i: number) => Promise<unknown>) {
   const samples: number[] = [];
@@ -68,39 +44,11 @@ async function runActors(fn: (actor: number, i: number) => Promise<unknown>) {
   };
 }
 
-const desiredAt = (i: number): Desired => (i % 2 === 0 ? 'present' : 'absent');
-
-async function ticketed(pool: Pool, actors: string[], messageOf: (a: number) => string) {
-  const tickets: { id: string; operationId: string }[][] = actors.map(() => []);
-  await Promise.all(
-    actors.map(async (actorId, a) => {
-      for (let i = 0; i < OPS; i++) {
-        // The ticket contract's operation IDs are UUIDv7 stamped at the choice (issue 15).
-        const operationId = mintOperationId(Date.now());
-        const messageId = messageOf(a);
-        const intent = { messageId, emoji: '👍', desired: desiredAt(i) };
-        const { ticket } = await withTx(pool, TX, (c) =>
-          issueTicket(c as unknown as Queryable, {
-            actorId,
-            operationId,
-            intent,
-            admission: {
-              workspaceId: actorId.split('_a')[0]!,
-              conversationId: `${actorId.split('_a')[0]!}_c`,
-            },
-            ttlSeconds: 7 * 86_400,
-            keyVersion: '1',
-            // Every ticket is issued before any applies: the bench bounds itself by OPS.
-            maxOutstanding: OPS,
-          }),
-        );
-        tickets[a]!.push({ id: ticket.id, operationId });
-      }
-    }),
-  );
+async function ticketed(pool: Pool, world: TicketWorld, messageOf: (a: number) => string) {
+  const tickets = await issueTickets(pool, world, messageOf, OPS);
   return runActors(async (a, i) => {
     const { id, operationId } = tickets[a]![i]!;
-    return applyWithTicket(pool as unknown as Queryable, TX, { actorId: actors[a]! }, operationId, id, {
+    return applyWithTicket(pool as unknown as Queryable, TX, { actorId: world.actors[a]! }, operationId, id, {
       messageId: messageOf(a),
       emoji: '👍',
       desired: desiredAt(i),
@@ -108,14 +56,10 @@ async function ticketed(pool: Pool, actors: string[], messageOf: (a: number) => 
   });
 }
 
-const BARE_UPSERT = `
-  insert into private.message_reactions (message_id, actor_id, emoji) values ($1, $2, $3)
-  on conflict (message_id, actor_id, emoji) do update set created_at = app_now()`;
-
 export async function run(stack: BenchStack): Promise<BenchRow[]> {
   const pool = stack.neon(ACTORS + 2);
   const rows: BenchRow[] = [];
-  const world = await seed(pool, Date.now().toString(36));
+  const world = await seedTicketWorld(pool, `bench_${Date.now().toString(36)}`, ACTORS);
   const cases: [string, (a: number) => string][] = [
     ['one hot message', () => world.hot],
     ['32 different messages', (a) => world.spread[a]!],
@@ -124,7 +68,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     // Warm every connection of the pool before timing.
     await Promise.all(Array.from({ length: ACTORS }, () => pool.query('select 1')));
     const bare = await runActors((a) => pool.query(BARE_UPSERT, [messageOf(a), world.actors[a]!, '🧱']));
-    const mine = await ticketed(pool, world.actors, messageOf);
+    const mine = await ticketed(pool, world, messageOf);
     rows.push({
       suite: 'tickets',
       case: `bare upsert, ${name}`,
