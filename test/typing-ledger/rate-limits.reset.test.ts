@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { afterTurnSettled, type TurnSettlement } from '../../workers/channel/typing-hooks';
 import { withTx } from '../../workers/db/tx';
 import { loadConfig } from '../../workers/env';
+import { clearTokenCache } from '../../workers/lark/token-cache';
 import type { Installation } from '../../workers/installations/store';
 import { addTypingBadge, settleTurnInputs, withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runPruning } from '../../workers/typing-ledger/passes/prune';
@@ -62,6 +63,12 @@ interface Call {
 async function callsTo(route: string, appId: string): Promise<Call[]> {
   const { calls } = await emu<{ calls: Call[] }>(`calls?route=${route}`);
   return calls.filter((c) => c.appId === appId);
+}
+
+/** The token endpoint's calls for one app (a token call names its app in its body). */
+async function tokenCalls(appId: string): Promise<Call[]> {
+  const { calls } = await emu<{ calls: (Call & { requestedAppId?: string })[] }>('calls?route=token');
+  return calls.filter((c) => c.requestedAppId === appId);
 }
 
 async function install(): Promise<Installation> {
@@ -206,6 +213,33 @@ describe('a 429 reset holds the route', () => {
     const deletes = await callsTo('reactions.delete', inst.appId);
     expect(deletes.map((c) => c.status)).toEqual([429, 200, 200, 200]);
     for (const d of deletes.slice(1)) expect(d.at - deletes[0]!.at).toBeGreaterThanOrEqual(60_000);
+  });
+
+  it('rate_limits.token_endpoint_held: a 429 on the token endpoint holds every token fetch of that app until its reset, in every isolate', async () => {
+    const inst = await install();
+    const live = await liveRows(pool, inst, 2);
+    // The token cache is isolate memory: cleared, each call below is a fresh isolate's.
+    clearTokenCache();
+    await emu('faults', { route: 'token', kind: '429', resetSeconds: 60 });
+    expect(await withdrawAfterCommit(pool, keys(), [live[0]!.id])).toEqual({ [live[0]!.id]: 'rate_limited' });
+    clearTokenCache();
+    await advanceClocks(pool, 30_000);
+    expect(await withdrawAfterCommit(other, keys(), [live[1]!.id])).toEqual({ [live[1]!.id]: 'rate_limited' });
+    expect((await tokenCalls(inst.appId)).map((c) => c.status)).toEqual([429]);
+
+    await advanceClocks(pool, 31_000);
+    clearTokenCache();
+    const after = await runRemoteRetry(other, { keys: keys(), scope: { workspaceIds: [inst.workspaceId] } });
+    expect(after).toMatchObject({ claimed: 2, cleaned: 2 });
+    // The pass withdraws its rows side by side, each fetching the cold cache's token: every
+    // fetch after the 429 came after its reset.
+    const [limited, ...later] = await tokenCalls(inst.appId);
+    expect(limited!.status).toBe(429);
+    expect(later.length).toBeGreaterThanOrEqual(1);
+    for (const c of later) {
+      expect(c.status).toBe(200);
+      expect(c.at - limited!.at).toBeGreaterThanOrEqual(60_000);
+    }
   });
 
   it('a 429 on the listing of a sweep holds the list route until its reset', async () => {

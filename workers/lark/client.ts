@@ -49,12 +49,16 @@ export interface ReplyInput {
 /** One HTTP call never waits longer than this, whatever budget is left. */
 const MAX_CALL_MS = 10_000;
 
+/** The token endpoint's route in the rate gate. */
+const TOKEN_ROUTE: LarkRoute = 'auth.tenant_access_token';
+
 /**
  * Lark Open API over `fetch`, for workerd and Node alike. Tenant tokens are cached per app
  * (token-cache.ts); a 99991661/99991663 answer drops the token and retries exactly once.
  * Failures are `LarkApiError` with a `kind` the caller switches on. With a `rateGate`
  * (lark/rate-limits.ts), no API call is sent while its route is held by a recorded 429
- * reset (a `notSent` 99991400 failure instead), and every 429 reset is recorded.
+ * reset (a `notSent` 99991400 failure instead), and every 429 reset is recorded; the token
+ * endpoint is one of those routes (a cached token is used whatever its hold).
  */
 export class LarkClient {
   private readonly base: string;
@@ -131,6 +135,8 @@ export class LarkClient {
     if (!isAllowedApiBase(this.base))
       throw new LarkApiError('permanent', 0, 0, 'api_base is not https: the app secret is not sent there');
     const body = { app_id: this.creds.appId, app_secret: this.creds.appSecret };
+    // Only a fetch is gated: a cached token is used whatever the token endpoint's hold.
+    await this.holdBack(TOKEN_ROUTE, 'POST /open-apis/auth/v3/tenant_access_token/internal');
     const res = await this.send(
       'POST',
       '/open-apis/auth/v3/tenant_access_token/internal',
@@ -138,7 +144,7 @@ export class LarkClient {
       undefined,
       call,
     );
-    const parsed = this.parse(res, TenantTokenResponse);
+    const parsed = await this.parseRecordingReset(TOKEN_ROUTE, res, TenantTokenResponse);
     storeToken(key, parsed.tenant_access_token, parsed.expire, this.clock);
     return parsed.tenant_access_token;
   }
@@ -177,20 +183,30 @@ export class LarkClient {
         dropToken(key, token);
         continue;
       }
-      try {
-        return this.parse(res, schema);
-      } catch (err) {
-        // Lark's reset is recorded before the caller hears of the 429, so no other call of
-        // this route (in any isolate) is sent before it.
-        if (
-          this.gate &&
-          err instanceof LarkApiError &&
-          (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE) &&
-          err.retryAfterSeconds
-        )
-          await this.gate.limited(api, err.retryAfterSeconds);
-        throw err;
-      }
+      return this.parseRecordingReset(api, res, schema);
+    }
+  }
+
+  /**
+   * `parse`, and on a 429 with a reset, the reset recorded before the caller hears of it, so
+   * no other call of this route (in any isolate) is sent before it.
+   */
+  private async parseRecordingReset<S extends z.ZodType>(
+    api: LarkRoute,
+    res: RawAnswer,
+    schema: S,
+  ): Promise<z.infer<S>> {
+    try {
+      return this.parse(res, schema);
+    } catch (err) {
+      if (
+        this.gate &&
+        err instanceof LarkApiError &&
+        (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE) &&
+        err.retryAfterSeconds
+      )
+        await this.gate.limited(api, err.retryAfterSeconds);
+      throw err;
     }
   }
 

@@ -9,7 +9,14 @@ import { log } from '../log';
  * (API host, App ID, route): a 429 on deleting reactions holds back deletes of that app
  * only, never its creates or listings, nor another app's calls.
  */
-export type LarkRoute = 'reactions.create' | 'reactions.delete' | 'reactions.list' | 'reply';
+export type LarkRoute =
+  | 'reactions.create'
+  | 'reactions.delete'
+  | 'reactions.list'
+  | 'reply'
+  // The tenant token endpoint: rate-limited per app like any other API, and called by every
+  // isolate whose cache is cold, so its resets are held like the others' (client.ts).
+  | 'auth.tenant_access_token';
 
 /** A reset longer than this is Lark misbehaving (its windows are a second and a minute). */
 export const MAX_RESET_SECONDS = 3600;
