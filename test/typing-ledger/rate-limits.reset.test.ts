@@ -4,8 +4,8 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { afterTurnSettled, type TurnSettlement } from '../../workers/channel/typing-hooks';
 import { withTx } from '../../workers/db/tx';
 import { loadConfig } from '../../workers/env';
-import { clearTokenCache } from '../../workers/lark/token-cache';
 import type { Installation } from '../../workers/installations/store';
+import { clearTokenCache } from '../../workers/lark/token-cache';
 import { addTypingBadge, settleTurnInputs, withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runPruning } from '../../workers/typing-ledger/passes/prune';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
@@ -224,7 +224,9 @@ describe('a 429 reset holds the route', () => {
     expect(await withdrawAfterCommit(pool, keys(), [live[0]!.id])).toEqual({ [live[0]!.id]: 'rate_limited' });
     clearTokenCache();
     await advanceClocks(pool, 30_000);
-    expect(await withdrawAfterCommit(other, keys(), [live[1]!.id])).toEqual({ [live[1]!.id]: 'rate_limited' });
+    expect(await withdrawAfterCommit(other, keys(), [live[1]!.id])).toEqual({
+      [live[1]!.id]: 'rate_limited',
+    });
     expect((await tokenCalls(inst.appId)).map((c) => c.status)).toEqual([429]);
 
     await advanceClocks(pool, 31_000);
