@@ -4,19 +4,20 @@ import { log } from './log';
 /**
  * Request-rate guards where nothing else bounds cost (docs/operations.md "Rate limits"): the
  * Lark webhook per installation (its verified deliveries and the refused ones on separate
- * keys), the authenticated /v1 routes per actor. The Workers rate-limiting binding counts a
+ * keys), the authenticated /v1 routes per actor, console sign-in attempts per client address. The Workers rate-limiting binding counts a
  * fixed window per key; it has no reset time to read, so Retry-After is the whole period,
  * which is never too early.
  */
-export type RateLimitScope = 'installation' | 'unverified' | 'actor';
+export type RateLimitScope = 'installation' | 'unverified' | 'actor' | 'console_sign_in';
 
 const REFUSAL: Record<RateLimitScope, string> = {
   installation: 'Too many webhook requests for this installation; retry later',
   unverified: 'Too many refused webhook requests for this installation; retry later',
   actor: 'Too many requests for this actor; retry later',
+  console_sign_in: 'Too many sign-in attempts from this address; retry later',
 };
 
-/** The `period` of both [[ratelimits]] bindings in wrangler.toml. */
+/** The `period` of every [[ratelimits]] binding in wrangler.toml. */
 export const RATE_LIMIT_PERIOD_S = 60;
 
 let unavailableLogged = false;

@@ -1,7 +1,10 @@
+import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { issueSession, readSession, SESSION_TTL_MS } from '../../workers/console/session';
-import { action, page, post, signIn } from './helpers';
+import worker from '../../workers/index';
+import { uid } from '../helpers/db';
+import { action, BASE, page, post, signIn } from './helpers';
 
 const config = () => ({ ADMIN_TOKEN: env.ADMIN_TOKEN!, SECRET_KEYS: JSON.parse(env.SECRET_KEYS!) });
 
@@ -19,6 +22,40 @@ describe('console sign-in', () => {
     expect(res.status).toBe(401);
     expect(res.headers.get('set-cookie')).toBeNull();
     expect(await res.text()).toContain('data-code="unauthorized"');
+  });
+
+  it('console.sign_in_rate_limited: every attempt from one address counts, and past the limit even the right token gets 429 and no cookie', async () => {
+    // The sign-in limiter swapped for one that allows 3 a minute (vitest.config.ts).
+    const tight = {
+      ...env,
+      CONSOLE_SIGN_IN_RATE_LIMIT: (env as unknown as Record<string, unknown>).TEST_RATE_LIMIT_3,
+    } as typeof env;
+    const attempt = async (address: string, token: string) => {
+      const ctx = createExecutionContext();
+      const res = await worker.fetch(
+        new Request(`${BASE}/console/login`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', 'cf-connecting-ip': address },
+          body: new URLSearchParams({ operator: 'ops', token }).toString(),
+          redirect: 'manual',
+        }),
+        tight,
+        ctx,
+      );
+      await waitOnExecutionContext(ctx);
+      return res;
+    };
+    const guesser = uid('address');
+    expect((await attempt(guesser, `${env.ADMIN_TOKEN}x`)).status).toBe(401);
+    expect((await attempt(guesser, `${env.ADMIN_TOKEN}y`)).status).toBe(401);
+    expect((await attempt(guesser, env.ADMIN_TOKEN!)).status).toBe(303);
+    const limited = await attempt(guesser, env.ADMIN_TOKEN!);
+    expect(limited.status).toBe(429);
+    expect(limited.headers.get('retry-after')).toBe('60');
+    expect(limited.headers.get('set-cookie')).toBeNull();
+    expect(await limited.text()).toContain('data-code="rate_limited"');
+    // Another address is not held by this one's attempts.
+    expect((await attempt(uid('address'), env.ADMIN_TOKEN!)).status).toBe(303);
   });
 
   it('refuses a missing operator with 400', async () => {

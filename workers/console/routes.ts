@@ -6,6 +6,7 @@ import { withTx } from '../db/tx';
 import { AppError } from '../errors';
 import { constantTimeEqual } from '../lib/constant-time';
 import { log } from '../log';
+import { enforceRateLimit } from '../rate-limit';
 import { listGivenUp } from '../typing-ledger/given-up';
 import { ACTIONS, formTarget } from './actions';
 import { recordAction } from './audit';
@@ -98,6 +99,13 @@ export const consoleApp = new Hono<AppEnv>()
     );
   })
   .post('/login', async (c) => {
+    // Every attempt counts, before the token is compared: a guesser over the limit learns
+    // nothing more, not even whether a guess was right (docs/operations.md "Rate limits").
+    await enforceRateLimit(
+      c.env.CONSOLE_SIGN_IN_RATE_LIMIT,
+      'console_sign_in',
+      c.req.header('cf-connecting-ip') ?? 'unknown',
+    );
     const fields = await form(c);
     const token = typeof fields.token === 'string' ? fields.token : '';
     if (!constantTimeEqual(token, c.var.config.ADMIN_TOKEN)) {
@@ -145,5 +153,5 @@ export const consoleApp = new Hono<AppEnv>()
       nonce,
       errorView(status, code, e?.message ?? 'Internal error'),
     );
-    return c.html(text, status, securityHeaders(nonce));
+    return c.html(text, status, { ...e?.headers, ...securityHeaders(nonce) });
   });
