@@ -46,7 +46,7 @@ describe('receipt and fence lifetimes (migration 0020)', () => {
     }
   });
 
-  it('the retention cleanup scans each table by its stable key, and the receipts carry no index without a reader', async () => {
+  it('the retention cleanup scans each table by its stable key, and the receipts and fences carry no index without a reader', async () => {
     const { rows } = await pool.query<{ indexdef: string }>(
       "select indexdef from pg_indexes where schemaname = 'private' and tablename in ('chat_reaction_operations', 'chat_retired_reaction_operations')",
     );
@@ -57,9 +57,10 @@ describe('receipt and fence lifetimes (migration 0020)', () => {
           `ON private\\.${t} USING btree \\(created_at, actor_id, operation_id\\) INCLUDE \\(ticket_expires_at, contract\\)`,
         ),
       );
-    // Every ticket write inserts into each receipt index (migration 0117 dropped the two unused ones).
+    // Every ticket write inserts into each receipt index, every retirement into each fence
+    // index (migrations 0117 and 0118 dropped the two unused ones of each).
     expect(defs).not.toMatch(
-      /ON private\.chat_reaction_operations USING btree \((created_at|ticket_expires_at)\)$/m,
+      /ON private\.chat_(retired_)?reaction_operations USING btree \((created_at|ticket_expires_at)\)$/m,
     );
   });
 
