@@ -18,6 +18,7 @@ import { readFile } from 'node:fs/promises';
 import type { Pool } from '@neondatabase/serverless';
 import { applyWithTicket } from '../../workers/reaction-tickets/operations';
 import type { Queryable } from '../../workers/reaction-tickets/types';
+import { backendCpuTicks, CLK_TCK } from '../lib/backend-cpu';
 import { startBenchStack } from '../lib/stack';
 import { BARE_UPSERT, desiredAt, issueTickets, seedTicketWorld } from '../lib/ticket-world';
 
@@ -25,7 +26,6 @@ const ACTORS = 32;
 const OPS = Number(process.argv[2] ?? 200);
 const ROUNDS = Number(process.argv[3] ?? 3);
 const TX = { budgetMs: 10_000, lockTimeoutMs: 10_000 };
-const CLK_TCK = 100;
 
 const FLOOR_SQL = `
 create schema probe_floor;
@@ -105,22 +105,9 @@ if (process.env.PROBE_SQL) await admin.query(await readFile(process.env.PROBE_SQ
 const world = await seedTicketWorld(admin, `f_${Date.now().toString(36)}`, ACTORS);
 const { actors, hot, spread } = world;
 
-async function backendCpuTicks(): Promise<number> {
-  const { rows } = await admin.query<{ pid: number }>(
-    'select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()',
-  );
-  let ticks = 0;
-  for (const { pid } of rows) {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    ticks += Number(f[11] ?? 0) + Number(f[12] ?? 0);
-  }
-  return ticks;
-}
-
 async function runActors(fn: (actor: number, i: number) => Promise<unknown>) {
   let failed = 0;
-  const pg0 = await backendCpuTicks();
+  const pg0 = await backendCpuTicks(admin);
   const node0 = process.cpuUsage();
   const t0 = performance.now();
   await Promise.all(
@@ -137,7 +124,7 @@ async function runActors(fn: (actor: number, i: number) => Promise<unknown>) {
   const calls = ACTORS * OPS;
   const rate = calls / ((performance.now() - t0) / 1000);
   const node = process.cpuUsage(node0);
-  const pgTicks = (await backendCpuTicks()) - pg0;
+  const pgTicks = (await backendCpuTicks(admin)) - pg0;
   return {
     rate,
     failed,

@@ -11,13 +11,13 @@ import { readFile } from 'node:fs/promises';
 import type { Pool } from '@neondatabase/serverless';
 import { applyWithTicket } from '../../workers/reaction-tickets/operations';
 import type { Queryable } from '../../workers/reaction-tickets/types';
+import { backendCpuTicks, CLK_TCK } from '../lib/backend-cpu';
 import { startBenchStack } from '../lib/stack';
 import { BARE_UPSERT, desiredAt, issueTickets, seedTicketWorld } from '../lib/ticket-world';
 
 const ACTORS = 32;
 const OPS = Number(process.argv[2] ?? 60);
 const TX = { budgetMs: 10_000, lockTimeoutMs: 10_000 };
-const CLK_TCK = 100;
 
 const stack = await startBenchStack();
 const pool = stack.neon(ACTORS + 2);
@@ -35,31 +35,23 @@ if (process.env.PROBE_SQL) await admin.query(await readFile(process.env.PROBE_SQ
 const world = await seedTicketWorld(admin, `p_${Date.now().toString(36)}`, ACTORS);
 const { actors, hot, spread } = world;
 
-async function backendCpuTicks(): Promise<number> {
-  const { rows } = await admin.query<{ pid: number }>(
-    'select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()',
+// For `perf report --pid`: PROBE_PIDS=1 prints the backends each sample read.
+const ticks = () =>
+  backendCpuTicks(
+    admin,
+    process.env.PROBE_PIDS ? (pids) => console.log(`pids ${pids.join(',')}`) : undefined,
   );
-  // For `perf report --pid`: the backends this phase ran on.
-  if (process.env.PROBE_PIDS) console.log(`pids ${rows.map((r) => r.pid).join(',')}`);
-  let ticks = 0;
-  for (const { pid } of rows) {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    ticks += Number(f[11] ?? 0) + Number(f[12] ?? 0);
-  }
-  return ticks;
-}
 
 async function measure(label: string, calls: number, run: () => Promise<number>) {
   await admin.query('select pg_stat_statements_reset()');
   const lsn0 = (await admin.query<{ l: string }>('select pg_current_wal_lsn()::text as l')).rows[0]!.l;
-  const pg0 = await backendCpuTicks();
+  const pg0 = await ticks();
   const node0 = process.cpuUsage();
   const t0 = performance.now();
   const failed = await run();
   const seconds = (performance.now() - t0) / 1000;
   const node = process.cpuUsage(node0);
-  const pgTicks = (await backendCpuTicks()) - pg0;
+  const pgTicks = (await ticks()) - pg0;
   // WAL bytes by LSN (the server's, so other databases' writes count too); records per
   // statement are in the table below (pg_stat_wal's counters are flushed by backends lazily).
   const { rows: w } = await admin.query<{ bytes: string }>(
@@ -120,7 +112,7 @@ try {
     await admin.query('analyze');
     // PROBE_PAUSE_MS: time to attach a profiler (perf record -p) to the pids printed here.
     if (process.env.PROBE_PAUSE_MS) {
-      await backendCpuTicks();
+      await ticks();
       await new Promise((r) => setTimeout(r, Number(process.env.PROBE_PAUSE_MS)));
     }
     await measure(`ticketed, ${name}`, ACTORS * OPS, () =>
