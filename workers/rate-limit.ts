@@ -4,9 +4,9 @@ import { log } from './log';
 /**
  * Request-rate guards where nothing else bounds cost (docs/operations.md "Rate limits"): the
  * Lark webhook per installation (its verified deliveries and the refused ones on separate
- * keys), the authenticated /v1 routes per actor, console sign-in attempts per client address. The Workers rate-limiting binding counts a
- * fixed window per key; it has no reset time to read, so Retry-After is the whole period,
- * which is never too early.
+ * keys), the authenticated /v1 routes per actor, console sign-in attempts per client
+ * address. The Workers rate-limiting binding counts a fixed window per key; it has no reset
+ * time to read, so Retry-After is the whole period, which is never too early.
  */
 export type RateLimitScope = 'installation' | 'unverified' | 'actor' | 'console_sign_in';
 
