@@ -148,6 +148,25 @@ describe('console actions', () => {
     ]);
   });
 
+  it("console.lark_holds_shown: an installation's routes held by a recorded Lark 429 reset are listed with their end; a passed hold is not", async () => {
+    const inst = await makeInstallation(f.pool);
+    track(inst.workspaceId);
+    const { rows } = await f.pool.query<{ api_base: string }>(
+      'select api_base from lark_installations where id = $1',
+      [inst.id],
+    );
+    await f.pool.query(
+      `insert into lark_rate_limits (api_base, app_id, route, not_before) values
+         (rtrim($1, '/'), $2, 'auth.tenant_access_token', app_now() + interval '5 minutes'),
+         (rtrim($1, '/'), $2, 'reactions.delete', app_now() - interval '1 second')`,
+      [rows[0]!.api_base, inst.appId],
+    );
+    const html = await (await page((await signIn()).cookie)).text();
+    const row = html.split('<tr>').find((r) => r.includes(`<td>${inst.id}</td>`))!;
+    expect(row).toMatch(/auth\.tenant_access_token<\/span> until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d/);
+    expect(row).not.toContain('reactions.delete');
+  });
+
   it('renders no secret: tokens, key material, app secrets and sealed values stay out of the page', async () => {
     const inst = await makeInstallation(f.pool);
     track(inst.workspaceId);

@@ -63,10 +63,17 @@ select m.id::text as id, i.actor_type, m.message_key, m.attempts, left(m.last_er
 from actor_mailbox m join actor_instances i on i.id = m.instance_id
 where m.state = 'dead' order by m.dead_at_ms desc limit 20`;
 
-/** Installations with their last webhook event (receipts: 24 h) and last Open API error. */
+/**
+ * Installations with their last webhook event (receipts: 24 h), last Open API error, and the
+ * routes a recorded Lark 429 reset holds now (lark/rate-limits.ts: nothing is sent on them
+ * until `until`; primary-key prefix reads).
+ */
 export const INSTALLATIONS = `
 select i.id, i.workspace_id, i.app_id, i.api_base,
   (select max(r.received_at) from lark_event_receipts r where r.installation_id = i.id) as last_event_at,
+  (select json_agg(json_build_object('route', l.route, 'until', l.not_before) order by l.route)
+     from lark_rate_limits l
+    where l.api_base = rtrim(i.api_base, '/') and l.app_id = i.app_id and l.not_before > app_now()) as holds,
   e.route as error_route, e.code as error_code, e.http_status as error_http_status, e.at as error_at
 from lark_installations i
 left join lark_api_errors e on e.app_id = i.app_id and e.api_base = rtrim(i.api_base, '/')

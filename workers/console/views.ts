@@ -130,16 +130,24 @@ function effectsPanel(d: ConsoleData, csrf: string) {
   </section>`;
 }
 
+/** Routes held by a recorded 429 reset: nothing is sent on them before `until`. */
+function holds(v: unknown) {
+  const list = (Array.isArray(v) ? v : []) as { route: string; until: string }[];
+  if (list.length === 0) return '—';
+  return list.map((h) => html`${badge(h.route, 'warn')} until ${when(h.until)} `);
+}
+
 function larkPanel(d: ConsoleData) {
   return html`<section class="panel" id="panel-lark"><h2>Lark installations</h2>
     ${
       d.installations
-        ? html`<table><tr><th>installation</th><th>workspace</th><th>app</th><th>API host</th><th>last event (24 h)</th><th>last Open API error</th></tr>
+        ? html`<table><tr><th>installation</th><th>workspace</th><th>app</th><th>API host</th><th>last event (24 h)</th><th>last Open API error</th><th>held by a Lark 429</th></tr>
       ${d.installations.map(
         (
           i,
         ) => html`<tr><td>${i.id}</td><td>${i.workspace_id}</td><td>${i.app_id}</td><td>${i.api_base}</td><td>${when(i.last_event_at)}</td>
-        <td>${i.error_at ? html`${badge(`code ${i.error_code} (HTTP ${i.error_http_status})`, 'bad')} ${i.error_route} at ${when(i.error_at)}` : badge('none', 'ok')}</td></tr>`,
+        <td>${i.error_at ? html`${badge(`code ${i.error_code} (HTTP ${i.error_http_status})`, 'bad')} ${i.error_route} at ${when(i.error_at)}` : badge('none', 'ok')}</td>
+        <td>${holds(i.holds)}</td></tr>`,
       )}</table>`
         : unavailable
     }
