@@ -3,6 +3,7 @@ import { log } from '../log';
 import { type ConnectionPriority, isolateGate, type Permit } from './gate';
 import { queryWithBudget } from './one-shot';
 import { sqlState } from './tx';
+import { sendSafeWebSocket } from './websocket';
 
 export type { PoolClient };
 
@@ -30,6 +31,10 @@ export const poolStats = { opened: 0, ended: 0 };
  * setting is absent and the driver's defaults apply.
  */
 function configureDriver(wsProxy: string | undefined): void {
+  // In workerd (a global WebSocket, and no constructor chosen by a Node script): sends after
+  // close are dropped instead of thrown from the driver's write timer (db/websocket.ts).
+  if (typeof WebSocket === 'function' && neonConfig.webSocketConstructor === undefined)
+    neonConfig.webSocketConstructor = sendSafeWebSocket(WebSocket);
   if (!wsProxy) return;
   neonConfig.wsProxy = (host, port) => `${wsProxy}?address=${host}:${port}`;
   neonConfig.useSecureWebSocket = false;

@@ -1,0 +1,53 @@
+import { env } from 'cloudflare:workers';
+import { neonConfig } from '@neondatabase/serverless';
+import { afterAll, describe, expect, it } from 'vitest';
+import { openPool } from '../../workers/db/pool';
+import { sendSafeWebSocket } from '../../workers/db/websocket';
+import { directDatabaseUrl, testPool } from '../helpers/db';
+
+/**
+ * The Neon driver queues its writes in a setTimeout(0) and pg closes the socket right after
+ * queuing its last message; the queued send then ran on a closed socket and threw from the
+ * timer, an uncaught exception workerd reports (db/websocket.ts).
+ */
+const pool = testPool(1);
+afterAll(() => pool.end());
+
+/** A socket through the bridge to this file's database, open. */
+async function openSocket(Ctor: typeof WebSocket): Promise<WebSocket> {
+  const db = new URL(directDatabaseUrl());
+  const ws = new Ctor(`ws://${env.NEON_WS_PROXY}?address=${db.hostname}:${db.port || 5432}`);
+  await new Promise<void>((resolve, reject) => {
+    ws.addEventListener('open', () => resolve());
+    ws.addEventListener('error', () => reject(new Error('socket did not open')));
+  });
+  return ws;
+}
+
+describe('the driver socket', () => {
+  it('db.send_after_close_dropped: a send on a closed socket is dropped, where the runtime socket throws', async () => {
+    const plain = await openSocket(WebSocket);
+    plain.close();
+    // The defect, as workerd has it: the driver's timer would throw this, uncaught.
+    expect(() => plain.send(new Uint8Array([0]))).toThrow(/send\(\) after close/);
+
+    const safe = await openSocket(sendSafeWebSocket(WebSocket));
+    safe.close();
+    expect(() => safe.send(new Uint8Array([0]))).not.toThrow();
+  });
+
+  it('db.driver_uses_send_safe_socket: every pool of a Worker opens its connections with it, and they work', async () => {
+    const p = openPool({
+      DATABASE_URL: directDatabaseUrl(),
+      NEON_WS_PROXY: env.NEON_WS_PROXY,
+      DB_STATEMENT_TIMEOUT_MS: 5000,
+    });
+    try {
+      expect(neonConfig.webSocketConstructor?.name).toBe('SendSafeWebSocket');
+      const { rows } = await p.query<{ one: number }>('select 1 as one');
+      expect(rows).toEqual([{ one: 1 }]);
+    } finally {
+      await p.end();
+    }
+  });
+});
