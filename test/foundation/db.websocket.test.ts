@@ -4,11 +4,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { openPool } from '../../workers/db/pool';
 import { sendSafeWebSocket } from '../../workers/db/websocket';
 import { directDatabaseUrl, testPool } from '../helpers/db';
+import { captureLogLines } from '../helpers/logs';
 
 /**
  * The Neon driver queues its writes in a setTimeout(0) and pg closes the socket right after
  * queuing its last message; the queued send then ran on a closed socket and threw from the
- * timer, an uncaught exception workerd reports (db/websocket.ts).
+ * timer, an uncaught exception workerd reports (db/websocket.ts). And pg-pool takes its own
+ * 'error' listener off a client while it is checked out, so a connection lost then emitted
+ * 'error' with no listener: a throw inside the driver's socket handler, uncaught as well.
  */
 const pool = testPool(1);
 afterAll(() => pool.end());
@@ -47,6 +50,33 @@ describe('the driver socket', () => {
       const { rows } = await p.query<{ one: number }>('select 1 as one');
       expect(rows).toEqual([{ one: 1 }]);
     } finally {
+      await p.end();
+    }
+  });
+
+  it('db.checked_out_connection_lost: a checked-out client whose backend is terminated sees its end, logs the loss once, and its next query fails', async () => {
+    const logs = captureLogLines({ quiet: true });
+    const p = openPool({
+      DATABASE_URL: directDatabaseUrl(),
+      NEON_WS_PROXY: env.NEON_WS_PROXY,
+      DB_STATEMENT_TIMEOUT_MS: 5000,
+    });
+    try {
+      const client = await p.connect();
+      const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
+      // The connection's end, as the client sees it (after the server's error message). Without
+      // a listener the 'error' before it threw inside the driver and the end never came.
+      const ended = new Promise((resolve) => client.once('end', resolve));
+      await pool.query('select pg_terminate_backend($1)', [rows[0]!.pid]);
+      await ended;
+      await expect(client.query('select 1')).rejects.toThrow();
+      client.release(true);
+      const lost = logs.events('db_connection_lost');
+      expect(lost).toHaveLength(1);
+      expect(lost[0]!.level).toBe('warn');
+      expect(lost[0]!.error?.message).toMatch(/terminating connection due to administrator command/);
+    } finally {
+      logs.restore();
       await p.end();
     }
   });

@@ -158,6 +158,25 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
   pool.on('error', (err: Error) => {
     if (!ending) log.error('db_pool_error', { error: err });
   });
+  // pg-pool takes its own 'error' listener off a client while the client is checked out, so a
+  // connection lost then (a backend terminated or restarted, a server at its ceiling, a cut
+  // socket) emitted 'error' with no listener: a throw inside the driver's socket handler, an
+  // uncaught exception in workerd that also kept pg from failing the client's next query.
+  // Every client keeps this listener from its connect on. It logs a loss while checked out
+  // once (pg reports one loss twice: the server's message, then "Connection terminated
+  // unexpectedly" at the socket's end; an idle client's loss is the pool's 'error' above), and
+  // the caller still gets the failure from its next query.
+  const checkedOut = new WeakSet<PoolClient>();
+  const lost = new WeakSet<PoolClient>();
+  pool.on('acquire', (client: PoolClient) => checkedOut.add(client));
+  pool.on('release', (_err: Error | undefined, client: PoolClient) => checkedOut.delete(client));
+  pool.on('connect', (client: PoolClient) =>
+    client.on('error', (err: Error) => {
+      if (ending || !checkedOut.has(client) || lost.has(client)) return;
+      lost.add(client);
+      log.warn('db_connection_lost', { error: err });
+    }),
+  );
   // Every one-shot carries its budget (one-shot.ts). Errors from Postgres leave the connection
   // usable, so only a transport failure discards it.
   pool.query = (async (config: string | { text: string; values?: unknown[] }, values?: unknown[]) => {
