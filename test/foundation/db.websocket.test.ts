@@ -2,6 +2,7 @@ import { env } from 'cloudflare:workers';
 import { neonConfig } from '@neondatabase/serverless';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openPool } from '../../workers/db/pool';
+import { withTx } from '../../workers/db/tx';
 import { sendSafeWebSocket } from '../../workers/db/websocket';
 import { directDatabaseUrl, testPool } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
@@ -75,6 +76,45 @@ describe('the driver socket', () => {
       expect(lost).toHaveLength(1);
       expect(lost[0]!.level).toBe('warn');
       expect(lost[0]!.error?.message).toMatch(/terminating connection due to administrator command/);
+      // One loss, one line: not also the pool's error once the client is back.
+      await p.end();
+      expect(logs.events('db_pool_error')).toEqual([]);
+    } finally {
+      logs.restore();
+      await p.end();
+    }
+  });
+
+  it('db.connection_lost_in_tx_logged_once: a backend terminated under a running transaction fails it, with at most one log line', async () => {
+    const logs = captureLogLines({ quiet: true });
+    const p = openPool({
+      DATABASE_URL: directDatabaseUrl(),
+      NEON_WS_PROXY: env.NEON_WS_PROXY,
+      DB_STATEMENT_TIMEOUT_MS: 5000,
+    });
+    try {
+      const tag = `lost_${crypto.randomUUID().slice(0, 8)}`;
+      const tx = withTx(p, { budgetMs: 5000 }, (c) => c.query(`select pg_sleep(4) as ${tag}`));
+      const outcome = tx.then(
+        () => 'applied',
+        (e: Error) => e.message,
+      );
+      // The transaction's backend, once it is running the statement.
+      let pid: number | undefined;
+      while (pid === undefined) {
+        const { rows } = await pool.query<{ pid: number }>(
+          "select pid from pg_stat_activity where state = 'active' and query like $1 and pid <> pg_backend_pid()",
+          [`%as ${tag}%`],
+        );
+        pid = rows[0]?.pid;
+      }
+      await pool.query('select pg_terminate_backend($1)', [pid]);
+      expect(await outcome).toMatch(/terminating connection due to administrator command/);
+      await p.end();
+      // At most one line for one loss (none when the pool ended the client before its socket
+      // reported the end: the caller's failure is then the only report, and it has it).
+      const lines = [...logs.events('db_connection_lost'), ...logs.events('db_pool_error')];
+      expect(lines.length).toBeLessThanOrEqual(1);
     } finally {
       logs.restore();
       await p.end();

@@ -155,8 +155,11 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
   let ending = false;
   // The driver never sends a WebSocket close, so ending a pool in workerd can surface
   // "Network connection lost." after we are done with it; only earlier errors matter.
-  pool.on('error', (err: Error) => {
-    if (!ending) log.error('db_pool_error', { error: err });
+  // Clients whose loss was logged while checked out (below): the pool's own report of the same
+  // loss, once the client is back in it, is not a second incident.
+  const lost = new WeakSet<PoolClient>();
+  pool.on('error', (err: Error, client: PoolClient) => {
+    if (!ending && !lost.has(client)) log.error('db_pool_error', { error: err });
   });
   // pg-pool takes its own 'error' listener off a client while the client is checked out, so a
   // connection lost then (a backend terminated or restarted, a server at its ceiling, a cut
@@ -167,7 +170,6 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
   // unexpectedly" at the socket's end; an idle client's loss is the pool's 'error' above), and
   // the caller still gets the failure from its next query.
   const checkedOut = new WeakSet<PoolClient>();
-  const lost = new WeakSet<PoolClient>();
   pool.on('acquire', (client: PoolClient) => checkedOut.add(client));
   pool.on('release', (_err: Error | undefined, client: PoolClient) => checkedOut.delete(client));
   pool.on('connect', (client: PoolClient) =>
