@@ -17,6 +17,14 @@ import { captureLogLines } from '../helpers/logs';
 const pool = testPool(1);
 afterAll(() => pool.end());
 
+/** A pool as a Worker opens one (openPool), on this file's database. */
+const workerPool = () =>
+  openPool({
+    DATABASE_URL: directDatabaseUrl(),
+    NEON_WS_PROXY: env.NEON_WS_PROXY,
+    DB_STATEMENT_TIMEOUT_MS: 5000,
+  });
+
 /** A socket through the bridge to this file's database, open. */
 async function openSocket(Ctor: typeof WebSocket): Promise<WebSocket> {
   const db = new URL(directDatabaseUrl());
@@ -41,11 +49,7 @@ describe('the driver socket', () => {
   });
 
   it('db.driver_uses_send_safe_socket: every pool of a Worker opens its connections with it, and they work', async () => {
-    const p = openPool({
-      DATABASE_URL: directDatabaseUrl(),
-      NEON_WS_PROXY: env.NEON_WS_PROXY,
-      DB_STATEMENT_TIMEOUT_MS: 5000,
-    });
+    const p = workerPool();
     try {
       expect(neonConfig.webSocketConstructor?.name).toBe('SendSafeWebSocket');
       const { rows } = await p.query<{ one: number }>('select 1 as one');
@@ -57,11 +61,7 @@ describe('the driver socket', () => {
 
   it('db.checked_out_connection_lost: a checked-out client whose backend is terminated sees its end, logs the loss once, and its next query fails', async () => {
     const logs = captureLogLines({ quiet: true });
-    const p = openPool({
-      DATABASE_URL: directDatabaseUrl(),
-      NEON_WS_PROXY: env.NEON_WS_PROXY,
-      DB_STATEMENT_TIMEOUT_MS: 5000,
-    });
+    const p = workerPool();
     try {
       const client = await p.connect();
       const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
@@ -87,11 +87,7 @@ describe('the driver socket', () => {
 
   it('db.connection_lost_in_tx_logged_once: a backend terminated under a running transaction fails it, with at most one log line', async () => {
     const logs = captureLogLines({ quiet: true });
-    const p = openPool({
-      DATABASE_URL: directDatabaseUrl(),
-      NEON_WS_PROXY: env.NEON_WS_PROXY,
-      DB_STATEMENT_TIMEOUT_MS: 5000,
-    });
+    const p = workerPool();
     try {
       const tag = `lost_${crypto.randomUUID().slice(0, 8)}`;
       const tx = withTx(p, { budgetMs: 5000 }, (c) => c.query(`select pg_sleep(4) as ${tag}`));
