@@ -7,8 +7,8 @@
  * query). The queued `send` then throws "Can't call WebSocket send() after close()" inside the
  * timer, where nothing can catch it: workerd reports an uncaught exception for the request or
  * alarm, which an operator sees as an error. Those bytes are for a connection that is gone, and
- * pg has already seen its close, so dropping them loses nothing. A socket that is still
- * connecting keeps the runtime's behaviour: the driver's pipelined start-up writes before open.
+ * pg has already seen its close, so dropping them loses nothing. Only a closing or closed
+ * socket drops: one still connecting keeps the runtime's own behaviour.
  */
 export function sendSafeWebSocket(Base: typeof WebSocket): typeof WebSocket {
   return class SendSafeWebSocket extends Base {
