@@ -1,4 +1,4 @@
-import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
+import { cloudflareTest } from '@cloudflare/vitest-plugin';
 import { defineConfig } from 'vitest/config';
 import { retentionAuxiliaryWorker } from './test/setup/retention-worker';
 import { appDatabaseUrl, createFileDatabase, startFileEmulator } from './test/setup/stack';
@@ -59,7 +59,7 @@ export default defineConfig({
                 },
                 // A rate limiter small enough to exceed in a test (the real ones, from
                 // wrangler.toml, allow hundreds a minute); a test swaps it in for one request.
-                ratelimits: { TEST_RATE_LIMIT_3: { simple: { limit: 3, period: 60 } } },
+                ratelimits: { TEST_RATE_LIMIT_3: { namespace_id: '9003', simple: { limit: 3, period: 60 } } },
                 // The retention cleanup Worker (its deploy bundle), on the same database: the
                 // RETENTION service binding of wrangler.toml reaches it as in production.
                 workers: [await retentionAuxiliaryWorker({ ...database, LOG_LEVEL: 'warn' })],
@@ -69,6 +69,23 @@ export default defineConfig({
         ],
         test: {
           name: 'workers',
+          deps: {
+            optimizer: {
+              ssr: {
+                enabled: true,
+                include: [
+                  'hono',
+                  'hono/cookie',
+                  'hono/html',
+                  'hono/http-exception',
+                  'zod',
+                  '@hono/zod-openapi',
+                  'jose',
+                  '@neondatabase/serverless',
+                ],
+              },
+            },
+          },
           // Projects do not inherit the root's test options.
           testTimeout: 30_000,
           hookTimeout: 60_000,

@@ -1,7 +1,8 @@
 // npm run bench [-- <suite filter>]: runs every bench/suites/*.ts against a fresh database and
 // prints one table. Suites export `run(stack): Promise<BenchRow[]>`.
 import { readdir } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { startBenchStack } from './lib/stack';
 import { type BenchRow, printTable } from './lib/stats';
 

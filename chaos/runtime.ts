@@ -3,9 +3,10 @@ import { mkdtemp, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { promisify } from 'node:util';
-import { Miniflare } from 'miniflare';
+import { convertV4MiniflareOptions, Miniflare } from 'miniflare';
 
 /**
  * The service as it deploys: both Workers' deploy bundles (`wrangler deploy --dry-run`, as
@@ -35,7 +36,7 @@ async function bundle(args: string[]): Promise<string> {
   const outdir = await mkdtemp(join(tmpdir(), 'reaction-ledger-chaos-bundle-'));
   await promisify(execFile)(
     join(ROOT, 'node_modules/.bin/wrangler'),
-    ['deploy', '--dry-run', '--outdir', outdir, ...args],
+    ['deploy', '--dry-run', '--env=', '--outdir', outdir, ...args],
     {
       cwd: ROOT,
       env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_CF_FETCH_ENABLED: 'false' },
@@ -84,49 +85,59 @@ export interface Runtime {
 
 export async function startRuntime(opts: RuntimeOptions): Promise<Runtime> {
   const wrangler = await import('wrangler');
-  const main = wrangler.unstable_getMiniflareWorkerOptions(MAIN_CONFIG).workerOptions;
-  const retention = wrangler.unstable_getMiniflareWorkerOptions(RETENTION_CONFIG).workerOptions;
-  const mf = new Miniflare({
-    host: '127.0.0.1',
-    port: opts.port ?? 0,
-    durableObjectsPersist: opts.persistDir,
-    unsafeTriggerHandlers: true,
-    workers: [
-      {
-        ...main,
-        modules: true,
-        modulesRoot: dirname(opts.bundles.main),
-        scriptPath: opts.bundles.main,
-        bindings: { ...main.bindings, ...opts.vars },
+  // Each Worker is one bundled module: the configs' module rules have nothing to apply to (and
+  // Miniflare 5's converter refuses them).
+  const { modulesRules: _mainRules, ...main } =
+    wrangler.unstable_getMiniflareWorkerOptions(MAIN_CONFIG).workerOptions;
+  const { modulesRules: _retentionRules, ...retention } =
+    wrangler.unstable_getMiniflareWorkerOptions(RETENTION_CONFIG).workerOptions;
+  const mainBindings = main.bindings as Record<string, unknown>;
+  const retentionBindings = retention.bindings as Record<string, unknown>;
+  // Miniflare 5 takes its own option shape; wrangler still hands out v4 worker options, which
+  // Miniflare's own converter maps (it refuses any option it cannot map without a change).
+  const mf = new Miniflare(
+    convertV4MiniflareOptions({
+      host: '127.0.0.1',
+      port: opts.port ?? 0,
+      durableObjectsPersist: opts.persistDir,
+      unsafeTriggerHandlers: true,
+      workers: [
+        {
+          ...main,
+          modules: true,
+          modulesRoot: dirname(opts.bundles.main),
+          scriptPath: opts.bundles.main,
+          bindings: { ...mainBindings, ...opts.vars },
+        },
+        {
+          ...retention,
+          name: RETENTION_NAME,
+          modules: true,
+          modulesRoot: dirname(opts.bundles.retention),
+          scriptPath: opts.bundles.retention,
+          bindings: { ...retentionBindings, ...opts.retentionVars },
+        },
+        {
+          name: PROBE_NAME,
+          modules: true,
+          modulesRoot: dirname(opts.bundles.probe),
+          scriptPath: opts.bundles.probe,
+          compatibilityDate: main.compatibilityDate,
+          bindings: { ...mainBindings, ...opts.vars },
+        },
+      ] as never,
+      handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
+        for (const stream of [stdout, stderr]) {
+          let rest = '';
+          stream.on('data', (chunk: Buffer) => {
+            const lines = (rest + chunk.toString('utf8')).split('\n');
+            rest = lines.pop() ?? '';
+            for (const line of lines) if (line.trim()) opts.onLog?.(line);
+          });
+        }
       },
-      {
-        ...retention,
-        name: RETENTION_NAME,
-        modules: true,
-        modulesRoot: dirname(opts.bundles.retention),
-        scriptPath: opts.bundles.retention,
-        bindings: { ...retention.bindings, ...opts.retentionVars },
-      },
-      {
-        name: PROBE_NAME,
-        modules: true,
-        modulesRoot: dirname(opts.bundles.probe),
-        scriptPath: opts.bundles.probe,
-        compatibilityDate: main.compatibilityDate,
-        bindings: { ...main.bindings, ...opts.vars },
-      },
-    ] as never,
-    handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
-      for (const stream of [stdout, stderr]) {
-        let rest = '';
-        stream.on('data', (chunk: Buffer) => {
-          const lines = (rest + chunk.toString('utf8')).split('\n');
-          rest = lines.pop() ?? '';
-          for (const line of lines) if (line.trim()) opts.onLog?.(line);
-        });
-      }
-    },
-  });
+    } as never),
+  );
   const url = (await mf.ready).toString().replace(/\/$/, '');
   const mainWorker = await mf.getWorker();
   const retentionWorker = await mf.getWorker(RETENTION_NAME);

@@ -1,7 +1,8 @@
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { migrate } from '../scripts/lib/migrator';
 import { adminQuery, usePostgres, withDatabase } from '../scripts/lib/postgres';
 import { dropRunDatabases, MIGRATIONS_DIR } from '../test/setup/stack';

@@ -1,7 +1,8 @@
 // npm run chaos -- --schedules N [--seed S] [--parts M] [--path P | --replay FILE] [--shrink-seconds T]
 //   Seeded chaos schedules against the real service (chaos/README in README.md "Chaos").
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { parseArgs } from 'node:util';
 import fc from 'fast-check';
 import { formatReport, RunStats } from '../chaos/report';

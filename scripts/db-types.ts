@@ -12,7 +12,8 @@
 import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { Cli } from 'kysely-codegen';
 import { migrate } from './lib/migrator';
 import { adminQuery, usePostgres, withDatabase } from './lib/postgres';

@@ -7,7 +7,8 @@
 //   Workers' crons on their real schedule.
 //   Ports: the service on PORT (8787), the emulator on PORT+1, everything else on free ports.
 //   The demos find the stack through .local/dev-stack.json. Ctrl-C stops everything.
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import pg from 'pg';
 import { startLarkEmulator } from '../emulator/server';
 import { startBridge } from './lib/bridge';

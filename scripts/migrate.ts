@@ -1,6 +1,7 @@
 // npm run migrate: applies migrations/ to DATABASE_URL (a direct postgres:// URL; with Neon
 // use the direct, non-pooled connection string).
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { migrate } from './lib/migrator';
 
 const url = process.env.DATABASE_URL;

@@ -1,5 +1,6 @@
 import { chmod, mkdir } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { Pool as NeonPool, neonConfig } from '@neondatabase/serverless';
 import pg from 'pg';
 import ws from 'ws';

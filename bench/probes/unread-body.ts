@@ -6,7 +6,8 @@
 // taken for the connection's next request. Needs no database (the 401 comes first).
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { freePort } from '../../scripts/lib/postgres';
 import { startWranglerDev } from '../../scripts/lib/wrangler-dev';
 

@@ -2,7 +2,8 @@
 // its pid from the start and its addresses once it is ready, and is removed when it stops.
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 
 export const LOCAL_DIR = fileURLToPath(new URL('../../.local/', import.meta.url));
 const STATE_FILE = `${LOCAL_DIR}dev-stack.json`;

@@ -44,6 +44,8 @@ export function startWranglerDev(opts: {
       'dev',
       '-c',
       opts.config ?? 'wrangler.toml',
+      // The top-level environment ([env.staging] is for deploys only).
+      '--env=',
       '--local',
       '--test-scheduled',
       '--ip',

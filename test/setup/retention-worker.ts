@@ -3,7 +3,8 @@ import { rmSync } from 'node:fs';
 import { mkdtemp, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { promisify } from 'node:util';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -25,7 +26,7 @@ function buildBundle(): Promise<string> {
     process.once('exit', () => rmSync(outdir, { recursive: true, force: true }));
     await promisify(execFile)(
       join(ROOT, 'node_modules/.bin/wrangler'),
-      ['deploy', '--dry-run', '--outdir', outdir, '-c', RETENTION_CONFIG],
+      ['deploy', '--dry-run', '--env=', '--outdir', outdir, '-c', RETENTION_CONFIG],
       {
         cwd: ROOT,
         env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_CF_FETCH_ENABLED: 'false' },
@@ -45,7 +46,10 @@ function buildBundle(): Promise<string> {
  */
 export async function retentionAuxiliaryWorker(secrets: Record<string, string>) {
   const wrangler = await import('wrangler');
-  const { workerOptions } = wrangler.unstable_getMiniflareWorkerOptions(RETENTION_CONFIG);
+  // The bundle is one module: the config's module rules (which Miniflare 5's v4-options shim
+  // refuses to convert) have nothing to apply to.
+  const { modulesRules: _rules, ...workerOptions } =
+    wrangler.unstable_getMiniflareWorkerOptions(RETENTION_CONFIG).workerOptions;
   const script = await buildBundle();
   return {
     ...workerOptions,
@@ -54,6 +58,6 @@ export async function retentionAuxiliaryWorker(secrets: Record<string, string>) 
     // The bundle lives in a temporary directory: module paths are resolved from there.
     modulesRoot: dirname(script),
     scriptPath: script,
-    bindings: { ...workerOptions.bindings, ...secrets },
+    bindings: { ...(workerOptions.bindings as Record<string, string>), ...secrets },
   };
 }

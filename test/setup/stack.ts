@@ -1,7 +1,8 @@
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import pg from 'pg';
 import { type LarkEmulator, startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';

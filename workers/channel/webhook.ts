@@ -153,7 +153,7 @@ async function handle(
 }
 
 function runAfterAnswer(
-  c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: ExecutionContext },
+  c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: Pick<ExecutionContext, 'waitUntil'> },
   recorded: RecordedInput,
   pool: Pool,
 ): Promise<void> {

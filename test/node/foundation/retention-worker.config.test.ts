@@ -1,4 +1,5 @@
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { unstable_readConfig } from 'wrangler';
 
