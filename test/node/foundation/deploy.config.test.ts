@@ -6,6 +6,8 @@ import { fileURLToPath, URL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { deployProblems, readWorkerConfig, WORKER_CONFIGS } from '../../../scripts/lib/deploy-checks';
 
+type RateLimit = { name: string; namespace_id: string };
+
 const root = fileURLToPath(new URL('../../..', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'reaction-ledger-config-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
@@ -54,15 +56,18 @@ describe('[env.staging] is production with its own resources', () => {
       expect(staging.triggers).toEqual(top.triggers);
       expect(staging.compatibility_date).toBe(top.compatibility_date);
       expect(staging.placement).toEqual(top.placement);
-      expect(staging.ratelimits.map((r) => ({ ...r, namespace_id: undefined }))).toEqual(
-        top.ratelimits.map((r) => ({ ...r, namespace_id: undefined })),
+      expect(staging.ratelimits.map((r: RateLimit) => ({ ...r, namespace_id: undefined }))).toEqual(
+        top.ratelimits.map((r: RateLimit) => ({ ...r, namespace_id: undefined })),
       );
       // Rate-limit counters are per namespace: staging traffic never spends production's.
       for (const r of staging.ratelimits)
-        expect(top.ratelimits.map((t) => t.namespace_id)).not.toContain(r.namespace_id);
+        expect(top.ratelimits.map((t: RateLimit) => t.namespace_id)).not.toContain(r.namespace_id);
       // Service bindings point at the staging Worker of the same name.
       expect(staging.services).toEqual(
-        (top.services ?? []).map((s) => ({ ...s, service: `${s.service}-staging` })),
+        (top.services ?? []).map((s: { binding: string; service: string }) => ({
+          ...s,
+          service: `${s.service}-staging`,
+        })),
       );
     });
 });
