@@ -39,3 +39,38 @@ export function deployProblems(config: Config): string[] {
   if (config.preview_urls !== false) problems.push('preview_urls must be false');
   return problems;
 }
+
+/**
+ * The config's text with OpenTelemetry export destinations filled in from the environment
+ * (`OTEL_LOGS_DESTINATIONS`, `OTEL_TRACES_DESTINATIONS`: comma-separated names of destinations
+ * created at the account level), so the repository's configs stay export-free and one deploy
+ * can add them. A name is an account object's name, never a secret (its headers live there).
+ */
+export function withTelemetryDestinations(text: string, env: Record<string, string | undefined>): string {
+  const names = (value: string | undefined) =>
+    (value ?? '')
+      .split(',')
+      .map((n) => n.trim())
+      .filter(Boolean);
+  let out = text;
+  for (const [section, variable] of [
+    ['logs', 'OTEL_LOGS_DESTINATIONS'],
+    ['traces', 'OTEL_TRACES_DESTINATIONS'],
+  ] as const) {
+    const list = names(env[variable]);
+    for (const name of list)
+      if (!/^[A-Za-z0-9_.-]{1,128}$/.test(name))
+        throw new Error(`${variable}: not a destination name: ${name}`);
+    if (list.length === 0) continue;
+    const header = `[observability.${section}]`;
+    const start = out.indexOf(header);
+    if (start < 0) throw new Error(`${variable} set but the config has no ${header}`);
+    const end = out.indexOf('\n[', start + header.length);
+    const block = out.slice(start, end < 0 ? undefined : end);
+    if (!block.includes('destinations = []'))
+      throw new Error(`${header} must say \`destinations = []\` for ${variable} to fill it`);
+    const filled = block.replace('destinations = []', `destinations = ${JSON.stringify(list)}`);
+    out = out.slice(0, start) + filled + (end < 0 ? '' : out.slice(end));
+  }
+  return out;
+}

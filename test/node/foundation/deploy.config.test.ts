@@ -4,7 +4,12 @@ import { join } from 'node:path';
 // Node's URL, not the Workers runtime's global type (tsconfig loads both).
 import { fileURLToPath, URL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { deployProblems, readWorkerConfig, WORKER_CONFIGS } from '../../../scripts/lib/deploy-checks';
+import {
+  deployProblems,
+  readWorkerConfig,
+  WORKER_CONFIGS,
+  withTelemetryDestinations,
+} from '../../../scripts/lib/deploy-checks';
 
 type RateLimit = { name: string; namespace_id: string };
 
@@ -70,4 +75,32 @@ describe('[env.staging] is production with its own resources', () => {
         })),
       );
     });
+});
+
+describe('OpenTelemetry export destinations are set per deploy, from the environment', () => {
+  const text = readFileSync(join(root, 'wrangler.toml'), 'utf8');
+
+  it('none set: the committed config, unchanged', () => {
+    expect(withTelemetryDestinations(text, {})).toBe(text);
+  });
+
+  it('logs and traces get their own lists; the rest of the config is untouched', () => {
+    const out = withTelemetryDestinations(text, {
+      OTEL_LOGS_DESTINATIONS: 'grafana-logs, honeycomb',
+      OTEL_TRACES_DESTINATIONS: 'honeycomb',
+    });
+    const path = join(scratch, 'otel.toml');
+    writeFileSync(path, out);
+    const config = readWorkerConfig(path);
+    expect(config.observability?.logs?.destinations).toEqual(['grafana-logs', 'honeycomb']);
+    expect(config.observability?.traces?.destinations).toEqual(['honeycomb']);
+    expect(deployProblems(config)).toEqual([]);
+    expect(out.replace(/destinations = \[[^\]]*\]/g, 'destinations = []')).toBe(text);
+  });
+
+  it('a value that is not a destination name is refused, never written into the config', () => {
+    expect(() =>
+      withTelemetryDestinations(text, { OTEL_LOGS_DESTINATIONS: 'a"]\nworkers_dev = true' }),
+    ).toThrow(/not a destination name/);
+  });
 });
