@@ -8,7 +8,7 @@ import { health } from './health/routes';
 import { installations as larkInstallations } from './installations/routes';
 import { limitBody } from './lib/body-limit';
 import { releaseUnreadBody } from './lib/unread-body';
-import { init, renderError } from './middleware';
+import { init, measureAnswers, renderError } from './middleware';
 import { directoryAdmin, legacyContractAdmin } from './reaction-tickets/admin-routes';
 import { reactionApi } from './reaction-tickets/routes';
 import { retentionAdmin } from './retention/routes';
@@ -26,6 +26,7 @@ export function createApp() {
   const app = new Hono<AppEnv>();
   // Outermost, so every answer (a bad environment's 500 included) releases an unread body.
   app.use('*', releaseUnreadBody());
+  app.use('*', measureAnswers());
   app.use('*', init());
   app.use('/admin/*', limitBody(ADMIN_MAX_BODY_BYTES));
   // Console forms are a few short fields.

@@ -11,5 +11,7 @@ export interface AppEnv {
     clock: Clock;
     /** The request's own pool, opened on first use and ended when the response is done. */
     db: () => Pool;
+    /** The stable error code of an error answer (renderError), for the answer's metric. */
+    errorCode?: string;
   };
 }

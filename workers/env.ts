@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { AppError } from './errors';
 import { API_BASE_RULE, isAllowedApiBase } from './lark/api-base';
 import { log, registerSecret } from './log';
+import { bindMetrics } from './metrics';
 
 /**
  * Bindings as Cloudflare hands them to the Worker and its Durable Objects: generated from
@@ -127,6 +128,8 @@ export function loadConfig(env: Env): Config {
   }
   cache.set(env, parsed.data);
   registerConfiguredSecrets(parsed.data);
+  // Every entry point loads its config first: the one place the metrics sink is bound.
+  bindMetrics(env.METRICS);
   return parsed.data;
 }
 

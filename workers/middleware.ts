@@ -11,8 +11,35 @@ import { AppError, type ErrorBody } from './errors';
 import { bearerToken } from './lib/bearer';
 import { constantTimeEqual } from './lib/constant-time';
 import { log, setLogLevel } from './log';
+import { metric, since } from './metrics';
 
 /** Builds the per-request services. A bad environment fails here, before any route. */
+/**
+ * One `http_answer_ms` point per answer (workers/metrics.ts): its stable code (or status when
+ * it succeeded) and its route with ids taken out, so ticket outcomes, webhook answers and admin
+ * calls graph by route and code. Outermost but one, so every answer is counted.
+ */
+export function measureAnswers(): MiddlewareHandler<AppEnv> {
+  return async function measureAnswers(c, next) {
+    const started = Date.now();
+    try {
+      await next();
+    } finally {
+      metric('http_answer_ms', since(started), c.get('errorCode') ?? String(c.res.status), routeOf(c.req));
+    }
+  };
+}
+
+/** `PUT /v1/reaction-operations/:id`: a bounded label (ids, tokens and query never in it). */
+export function routeOf(req: { method: string; path: string }): string {
+  const parts = req.path
+    .split('/')
+    .filter(Boolean)
+    .slice(0, 4)
+    .map((p) => (/^(?:[a-z][a-z-]{0,31}|v[0-9]{1,2})$/.test(p) ? p : ':id'));
+  return `${req.method} /${parts.join('/')}`;
+}
+
 export function init(): MiddlewareHandler<AppEnv> {
   return async function init(c, next) {
     c.set('requestId', c.req.header('cf-ray') ?? crypto.randomUUID());
@@ -74,6 +101,7 @@ export function renderError(err: Error, c: Context<AppEnv>): Response {
     log.error('unhandled_error', { requestId, path: c.req.path, error: err });
     appErr = new AppError('internal_error', 'Internal error');
   }
+  c.set('errorCode', appErr.code);
   const body: ErrorBody = { error: { code: appErr.code, message: appErr.message, requestId } };
   if (appErr.details !== undefined) body.error.details = appErr.details;
   return c.json(body, appErr.status, appErr.headers);

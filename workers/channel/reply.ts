@@ -4,11 +4,13 @@ import { Deadline } from '../clock';
 import { onPool } from '../db/pool';
 import type { ClaimedEffect, EffectExecutor, EffectRunContext } from '../effects/registry';
 import type { Config } from '../env';
+import { AppError } from '../errors';
 import { loadInstallation } from '../installations/store';
 import { durableErrorLog } from '../lark/api-errors';
 import { LarkClient } from '../lark/client';
 import { LarkApiError } from '../lark/errors';
 import { log } from '../log';
+import { metric, since } from '../metrics';
 import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
 import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
@@ -65,20 +67,24 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
       }
       const agent = agentFor(config);
-      const answer = await agent.reply(
-        {
-          sessionId: args.sessionId,
-          turnNo: args.turnNo,
-          generation: args.generation,
-          contextRevision: args.contextRevision,
-          inputs: args.inputs.map((i) => ({
-            position: i.position,
-            messageId: i.messageId,
-            senderOpenId: i.senderOpenId,
-            text: i.text,
-          })),
-        },
-        AbortSignal.any([signal, AbortSignal.timeout(config.AGENT_TIMEOUT_MS)]),
+      const asked = Date.now();
+      const answer = await measured(
+        asked,
+        agent.reply(
+          {
+            sessionId: args.sessionId,
+            turnNo: args.turnNo,
+            generation: args.generation,
+            contextRevision: args.contextRevision,
+            inputs: args.inputs.map((i) => ({
+              position: i.position,
+              messageId: i.messageId,
+              senderOpenId: i.senderOpenId,
+              text: i.text,
+            })),
+          },
+          AbortSignal.any([signal, AbortSignal.timeout(config.AGENT_TIMEOUT_MS)]),
+        ),
       );
       const lark = new LarkClient(
         { baseUrl: installation.apiBase, appId: installation.appId, appSecret: installation.appSecret },
@@ -120,6 +126,18 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       }
     },
   };
+}
+
+/** The agent's answer time (agent_ms), labelled with its outcome: ok or the failure's code. */
+async function measured<T>(started: number, answer: Promise<T>): Promise<T> {
+  try {
+    const value = await answer;
+    metric('agent_ms', since(started), 'ok');
+    return value;
+  } catch (err) {
+    metric('agent_ms', since(started), err instanceof AppError ? err.code : 'error');
+    throw err;
+  }
 }
 
 /** Whether the turn began more than `ms` ago in database time (its `channel_turns.started_at`). */

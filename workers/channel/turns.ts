@@ -1,4 +1,5 @@
 import type { PoolClient } from '@neondatabase/serverless';
+import { metric } from '../metrics';
 import type { TurnOutcome } from './typing-hooks';
 
 export interface TurnStart {
@@ -60,12 +61,17 @@ export async function settleTurnRow(
   outcome: TurnOutcome,
   replyMessageId: string | null,
 ): Promise<boolean> {
-  const { rowCount } = await tx.query(
+  const { rows } = await tx.query<{ ms: number }>(
     `update channel_turns set outcome = $3, reply_message_id = $4, settled_at = app_now()
-      where session_id = $1 and turn_no = $2 and outcome is null`,
+      where session_id = $1 and turn_no = $2 and outcome is null
+      returning (extract(epoch from settled_at - started_at) * 1000)::float8 as ms`,
     [sessionId, turnNo, outcome, replyMessageId],
   );
-  return rowCount === 1;
+  const settled = rows[0];
+  // Turn latency (start to settlement). Written before the commit: a settlement whose
+  // transaction is then retried is counted once per try (rare: 40001/40P01 only).
+  if (settled) metric('turn_ms', settled.ms, outcome);
+  return settled !== undefined;
 }
 
 export interface TurnRow {

@@ -1,4 +1,5 @@
 import { log } from '../log';
+import { metric } from '../metrics';
 
 /**
  * Who is asking for a connection. `answer`: a request someone is waiting on (the Lark
@@ -91,11 +92,14 @@ export class ConnectionGate {
   acquire(priority: ConnectionPriority, waitMs: number): Promise<Permit> {
     if (!this.grantsNow(priority)) this.reclaimExpired();
     if (this.grantsNow(priority)) return Promise.resolve(this.grant(priority));
+    const queued = Date.now();
     return new Promise<Permit>((resolve, reject) => {
       const queue = this.waiting[priority];
       const waiter: Waiter = {
         grant: (permit) => {
           clearTimeout(timer);
+          // Only waits are measured (a place granted at once costs nothing to graph).
+          metric('db_gate_wait_ms', Date.now() - queued, 'granted', priority);
           resolve(permit);
         },
       };
@@ -103,6 +107,7 @@ export class ConnectionGate {
         const at = queue.indexOf(waiter);
         if (at < 0) return; // Already granted: nothing to withdraw.
         queue.splice(at, 1);
+        metric('db_gate_wait_ms', Date.now() - queued, 'refused', priority);
         reject(
           new ConnectionBudgetSpent(
             `timeout exceeded when trying to connect: this isolate's ${this.capacity} database connections stayed in use for ${waitMs} ms`,

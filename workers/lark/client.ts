@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { type Clock, type Deadline, systemClock } from '../clock';
 import { registerSecret } from '../log';
+import { metric, since } from '../metrics';
 import { isAllowedApiBase } from './api-base';
 import type { ApiErrorLog } from './api-errors';
 import {
@@ -157,9 +158,13 @@ export class LarkClient {
   private async authed<S extends z.ZodType>(
     ...args: [api: LarkRoute, method: string, path: string, body: unknown, schema: S, call: CallOptions]
   ): Promise<z.infer<S>> {
+    const started = Date.now();
     try {
-      return await this.authedCall(...args);
+      const answer = await this.authedCall(...args);
+      metric('lark_call_ms', since(started), 'ok', args[0]);
+      return answer;
     } catch (err) {
+      metric('lark_call_ms', since(started), callOutcome(err), args[0]);
       if (this.errors && err instanceof LarkApiError && !err.notSent && err.kind !== 'already_gone')
         await this.errors.failed(args[0], err);
       throw err;
@@ -321,6 +326,13 @@ interface RawAnswer {
 
 function enc(segment: string): string {
   return encodeURIComponent(segment);
+}
+
+/** A failed call's outcome label (lark_call_ms): held back, or its kind and Lark/HTTP code. */
+function callOutcome(err: unknown): string {
+  if (!(err instanceof LarkApiError)) return 'error';
+  if (err.notSent) return 'held';
+  return `${err.kind}:${err.code || err.httpStatus}`;
 }
 
 /** The path without ids or query, for messages that may reach logs. */

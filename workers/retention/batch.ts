@@ -1,4 +1,5 @@
 import type { PoolClient } from '@neondatabase/serverless';
+import { metric } from '../metrics';
 import {
   ELIGIBLE,
   NOW,
@@ -84,6 +85,7 @@ export async function deleteBatch(
     Math.min(limit, BATCH_ROWS),
   ]);
   const row = rows[0]!;
+  metric('retention_batch_rows', row.deleted, 'deleted', table);
   const last =
     row.created_at !== null
       ? { table, createdAt: row.created_at, actorId: row.actor_id!, operationId: row.operation_id! }

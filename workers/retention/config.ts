@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { ConfigSchema, registerDatabaseSecret } from '../env';
 import { AppError } from '../errors';
 import { log, setLogLevel } from '../log';
+import { bindMetrics } from '../metrics';
 
 /**
  * The retention cleanup Worker's bindings (retention.wrangler.toml, secrets in
@@ -50,6 +51,7 @@ export function loadRetentionConfig(env: RetentionEnv): RetentionConfig {
   }
   cache.set(env, parsed.data);
   setLogLevel(parsed.data.LOG_LEVEL);
+  bindMetrics(env.METRICS);
   registerDatabaseSecret(parsed.data.DATABASE_URL);
   return parsed.data;
 }

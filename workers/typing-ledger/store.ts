@@ -1,3 +1,4 @@
+import { metric } from '../metrics';
 import {
   FIRST_RETRY_MS,
   type Q,
@@ -11,14 +12,17 @@ import {
  * slot in the SAME statement. Terminal rows are never touched again (fence on both outcomes).
  */
 export async function recordCleaned(q: Q, id: string): Promise<boolean> {
-  const { rowCount } = await q.query(
+  const { rows } = await q.query<{ ms: number }>(
     `update channel_typing_reaction
      set cleaned_at = app_now(), credential_snapshot = null, quota_slot = null,
          next_attempt_at = null, last_error = null, updated_at = app_now()
-     where id = $1 and cleaned_at is null and abandoned_at is null`,
+     where id = $1 and cleaned_at is null and abandoned_at is null
+     returning (extract(epoch from cleaned_at - created_at) * 1000)::float8 as ms`,
     [id],
   );
-  return (rowCount ?? 0) > 0;
+  const cleaned = rows[0];
+  if (cleaned) metric('badge_lifetime_ms', cleaned.ms, 'cleaned');
+  return cleaned !== undefined;
 }
 
 export interface AddRecord {
