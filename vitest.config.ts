@@ -91,7 +91,9 @@ export default defineConfig({
           hookTimeout: 60_000,
           // BENCH_WORKERD=1: the benches that need workerd (bench/workerd), never with the tests.
           include: process.env.BENCH_WORKERD ? ['bench/workerd/**/*.test.ts'] : ['test/**/*.test.ts'],
-          exclude: ['test/node/**', 'test/retention/**'],
+          // *.unit.test.ts: pure logic with no binding, database or runtime API of workerd's
+          // own; they run in the node project, where a file costs no runtime start.
+          exclude: ['test/node/**', 'test/retention/**', 'test/**/*.unit.test.ts'],
           setupFiles: ['./test/setup/file-database.ts', './test/setup/tx-retries.ts'],
           // Files share nothing (database, emulator, Durable Objects are their own): two at once.
           fileParallelism: true,
@@ -135,7 +137,7 @@ export default defineConfig({
           testTimeout: 120_000,
           hookTimeout: 120_000,
           environment: 'node',
-          include: ['test/node/**/*.test.ts'],
+          include: ['test/node/**/*.test.ts', 'test/**/*.unit.test.ts'],
           fileParallelism: false,
         },
       },
