@@ -119,15 +119,31 @@ export async function scheduleWithdrawal(
   );
 }
 
-/** Adopts a reaction id a sweep found for an unsettled row (the badge stays while the turn runs). */
-export async function adoptReaction(q: Q, id: string, reactionId: string) {
-  await q.query(
+/**
+ * Adopts a reaction id a sweep found for an unsettled row (the badge stays while the turn
+ * runs): no next attempt, its turn's settlement makes it due again. A row that settled
+ * after it was claimed (the retry pass picked `resolve` from the row as claimed) is NOT
+ * adopted: its schedule is kept (the after-commit withdrawal may have been held by a 429 or
+ * failed, and nothing else would ever claim it again), the id is recorded for a precise
+ * delete, and the caller deletes the badge now. The settled check is the update's own
+ * re-evaluated row, so a settlement committing in between is seen.
+ */
+export async function adoptReaction(
+  q: Q,
+  id: string,
+  reactionId: string,
+): Promise<'adopted' | 'settled' | 'none'> {
+  const { rows } = await q.query<{ settled: boolean }>(
     `update channel_typing_reaction
      set reaction_id = $2, add_state = 'added', add_finished_at = coalesce(add_finished_at, app_now()),
-         next_attempt_at = null, updated_at = app_now()
-     where id = $1 and reaction_id is null and cleaned_at is null and abandoned_at is null`,
+         next_attempt_at = case when settled_at is null then null else next_attempt_at end,
+         updated_at = app_now()
+     where id = $1 and reaction_id is null and cleaned_at is null and abandoned_at is null
+     returning settled_at is not null as settled`,
     [id, reactionId],
   );
+  const r = rows[0];
+  return r === undefined ? 'none' : r.settled ? 'settled' : 'adopted';
 }
 
 export async function loadTargets(

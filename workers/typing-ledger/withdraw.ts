@@ -3,7 +3,7 @@ import { Deadline } from '../clock';
 import type { KeyRing } from '../crypto/sealed';
 import { log } from '../log';
 import { withRowCredentials } from './credentials';
-import { deleteExact, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
+import { deleteExact, deleteFound, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
 import { adoptReaction, loadTargets, recordCleaned, scheduleRetry } from './store';
 import { type Q, WITHDRAW_BUDGET_MS, type WithdrawTarget } from './types';
 
@@ -40,10 +40,7 @@ export interface WithdrawOptions {
  */
 export async function withdrawRow(q: Q, keys: KeyRing, row: WithdrawTarget, opts: WithdrawOptions) {
   const result = await remoteWithdraw(q, keys, row, opts);
-  if (result.kind === 'adopt') {
-    await adoptReaction(q, row.id, result.reactionId);
-    return { outcome: 'adopted' } satisfies WithdrawResult;
-  }
+  if (result.kind === 'adopted') return { outcome: 'adopted' } satisfies WithdrawResult;
   if (result.kind === 'gone' || (result.kind === 'not_found' && row.past_retention)) {
     await recordCleaned(q, row.id);
     return {
@@ -66,7 +63,7 @@ async function remoteWithdraw(
   keys: KeyRing,
   row: WithdrawTarget,
   opts: WithdrawOptions,
-): Promise<RemoteOutcome | { kind: 'adopt'; reactionId: string }> {
+): Promise<RemoteOutcome | { kind: 'adopted' }> {
   // The snapshot first; the installation's current credentials (same App ID) when Lark
   // refuses the snapshot's secret after a rotation (credentials.ts).
   return withRowCredentials(q, keys, row, opts.fetch, async (client) => {
@@ -74,7 +71,14 @@ async function remoteWithdraw(
     const mode = opts.mode ?? (row.settled_at ? 'withdraw' : 'resolve');
     if (mode === 'withdraw') return sweepOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
     const found = await findOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
-    return found.kind === 'found' ? { kind: 'adopt' as const, reactionId: found.reactionIds[0]! } : found;
+    if (found.kind !== 'found') return found;
+    // The mode was chosen from the row as claimed; the turn may have settled since (issue 28
+    // hole 1). Only a row still unsettled is adopted; a settled one is withdrawn now.
+    const adopted = await adoptReaction(q, row.id, found.reactionIds[0]!);
+    if (adopted === 'adopted') return { kind: 'adopted' as const };
+    // 'none': an Add recorded its own id meanwhile (or the row ended): nothing confirmed.
+    if (adopted === 'none') return found;
+    return deleteFound(client, row.source_message_id, found.reactionIds, opts.deadline);
   });
 }
 
