@@ -1,6 +1,9 @@
+import { env } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterTurnSettled, type TurnSettlement } from '../../workers/channel/typing-hooks';
 import { withTx } from '../../workers/db/tx';
+import { loadConfig } from '../../workers/env';
 import type { Installation } from '../../workers/installations/store';
 import { addTypingBadge, settleTurnInputs, withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
@@ -26,6 +29,7 @@ let pool: Pool;
 /** Another isolate (the after-commit effect of the settling replica). */
 let other: Pool;
 const { track, dropAll } = trackWorkspaces();
+const config = loadConfig(env);
 
 beforeAll(() => {
   pool = testPool(8);
@@ -59,6 +63,34 @@ function settle(sessionId: string, cutoff: number, turnNo = 1) {
       outcome: 'failed',
     }),
   );
+}
+
+function turnOf(
+  inst: Installation,
+  t: { sessionId: string; turnNo: number; cutoff: number; positions: number[]; messageIds: string[] },
+): TurnSettlement {
+  return {
+    sessionId: t.sessionId,
+    installationId: inst.id,
+    workspaceId: inst.workspaceId,
+    appId: inst.appId,
+    turnNo: t.turnNo,
+    contextRevision: 0,
+    cutoffPosition: t.cutoff,
+    positions: t.positions,
+    messageIds: t.messageIds,
+    anchorMessageId: t.messageIds[t.messageIds.length - 1]!,
+    outcome: 'failed',
+    replyMessageId: null,
+  };
+}
+
+async function incidents(workspaceId: string): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(
+    `select count(*)::int as n from typing_incidents where workspace_id = $1 and kind = 'withdraw_failed'`,
+    [workspaceId],
+  );
+  return rows[0]!.n;
 }
 
 const scopeOf = (inst: Installation) => ({ workspaceIds: [inst.workspaceId] });
@@ -134,5 +166,63 @@ describe('hole 1: adoption after a concurrent settlement', () => {
     const after = await row(pool, id);
     expect(after.cleaned_at).not.toBeNull();
     expect(after.credential_snapshot).toBeNull();
+  });
+});
+
+describe('hole 2: a later turn re-drives an earlier turn\'s rows', () => {
+  it('later_turn.leaves_earlier_rows: an earlier turn\'s unfinished row is not listed again, its backoff is unchanged and no incident is counted', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const [m1, m2] = [await newMessage(), await newMessage()];
+    // Turn 1: an uncertain Add that never landed (5xx, nothing applied), settled, swept empty.
+    const r1 = await register(pool, inst, { sessionId: session, messageId: m1, position: 1 });
+    await emu('faults', { route: 'reactions.create', kind: '5xx', status: 503 });
+    expect(await addTypingBadge(pool, r1)).toBe('uncertain');
+    const ids1 = await settle(session, 1, 1);
+    await advanceDbClock(pool, 61_000);
+    // Its own empty sweep is the spec's waiting state, not a failed withdrawal: no incident.
+    expect(await withdrawAfterCommit(pool, keys(), ids1)).toEqual({ [registeredId(r1)]: 'unconfirmed' });
+    expect(await incidents(inst.workspaceId)).toBe(0);
+    // The retry pass has backed it off to an hour by now.
+    await pool.query(`update channel_typing_reaction set next_attempt_at = app_now() + interval '1 hour' where id = $1`, [
+      registeredId(r1),
+    ]);
+    const before = await row(pool, registeredId(r1));
+    const incidentsBefore = await incidents(inst.workspaceId);
+
+    // Turn 2 of the same conversation.
+    const r2 = await register(pool, inst, { sessionId: session, messageId: m2, position: 2 });
+    expect(await addTypingBadge(pool, r2)).toBe('added');
+    await settle(session, 2, 2);
+    await emu('calls', undefined, 'DELETE');
+    await afterTurnSettled(
+      config,
+      turnOf(inst, { sessionId: session, turnNo: 2, cutoff: 2, positions: [2], messageIds: [m2] }),
+      pool,
+    );
+
+    expect(await typingOf(m2, inst.appId)).toHaveLength(0);
+    expect(await callsOn(m1)).toEqual([]);
+    const after = await row(pool, registeredId(r1));
+    expect(after.next_attempt_at).toEqual(before.next_attempt_at);
+    expect(after.last_error).toBe(before.last_error);
+    expect(await incidents(inst.workspaceId)).toBe(incidentsBefore);
+  });
+
+  it('schedule.never_shortens: a failed after-commit withdrawal never pulls a backed-off next attempt closer', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const m = await newMessage();
+    const r = await register(pool, inst, { sessionId: session, messageId: m, position: 1 });
+    expect(await addTypingBadge(pool, r)).toBe('added');
+    const ids = await settle(session, 1);
+    // The retry pass claimed it since and backed it off to an hour (the effect re-runs later).
+    await pool.query(`update channel_typing_reaction set next_attempt_at = app_now() + interval '1 hour' where id = $1`, [
+      registeredId(r),
+    ]);
+    const before = await row(pool, registeredId(r));
+    await emu('faults', { route: 'reactions.delete', kind: '5xx', status: 503 });
+    expect(await withdrawAfterCommit(pool, keys(), ids)).toEqual({ [registeredId(r)]: 'retryable' });
+    expect((await row(pool, registeredId(r))).next_attempt_at).toEqual(before.next_attempt_at);
   });
 });

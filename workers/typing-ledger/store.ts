@@ -78,14 +78,21 @@ export async function recordAddFailed(q: Q, id: string, state: 'uncertain' | 'no
  */
 export const WITHDRAW_FAILED_INCIDENT = (updated: string, error: string) =>
   `insert into typing_incidents (workspace_id, kind)
-   select workspace_id, 'withdraw_failed' from ${updated} where ${error} like 'withdraw:%'`;
+   select workspace_id, 'withdraw_failed' from ${updated}
+   where ${error} like 'withdraw:%' and ${error} not like 'withdraw:unconfirmed:%'`;
 
-/** A failed withdrawal is left for the maintenance retry pass (it backs off from here). */
+/**
+ * A failed withdrawal is left for the maintenance retry pass (it backs off from here). Only
+ * ever pushes next_attempt_at later (`greatest`): a re-run of the turn-settled effect must not
+ * pull a row the retry pass backed off to an hour back to 30 s. An empty sweep of an
+ * unfinished Add (`withdraw:unconfirmed:…`) is the spec's waiting state, not an incident.
+ */
 export async function scheduleRetry(q: Q, id: string, delayMs: number, error: string) {
   await q.query(
     `with u as (
        update channel_typing_reaction
-       set next_attempt_at = app_now() + $2 * interval '1 millisecond', last_error = $3, updated_at = app_now()
+       set next_attempt_at = greatest(next_attempt_at, app_now() + $2 * interval '1 millisecond'),
+           last_error = $3, updated_at = app_now()
        where id = $1 and cleaned_at is null and abandoned_at is null
        returning workspace_id)
      ${WITHDRAW_FAILED_INCIDENT('u', '$3::text')}`,
@@ -111,7 +118,8 @@ export async function scheduleWithdrawal(
        set reaction_id = $2,
            add_state = case when add_state in ('pending', 'uncertain') then 'added' else add_state end,
            add_finished_at = coalesce(add_finished_at, app_now()),
-           next_attempt_at = app_now() + $3 * interval '1 millisecond', last_error = $4, updated_at = app_now()
+           next_attempt_at = greatest(next_attempt_at, app_now() + $3 * interval '1 millisecond'),
+           last_error = $4, updated_at = app_now()
        where id = $1 and cleaned_at is null and abandoned_at is null
        returning workspace_id)
      ${WITHDRAW_FAILED_INCIDENT('u', '$4::text')}`,

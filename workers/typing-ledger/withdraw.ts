@@ -157,17 +157,28 @@ export function errorName(err: unknown): string {
   return err instanceof Error ? err.name : typeof err;
 }
 
-/** The settled rows of one turn still owing a withdrawal (for an after-commit effect that only knows the cutoff). */
+/**
+ * The rows THIS turn settled that still owe a withdrawal (for the after-commit effect, which
+ * knows the turn, not the ids). Bounded to the turn's own inputs by `settled_by = turn:<n>`
+ * (what `settleTurnInputs` wrote for exactly these rows): an earlier turn's row that stays
+ * open (an uncertain Add that never landed) belongs to the retry pass and its backoff, and a
+ * later turn never lists it again (issue 28 hole 2).
+ */
 export async function settledRowIds(
   q: Q,
-  cut: { sessionId: string; contextRevision: number | bigint; cutoffPosition: number | bigint },
+  cut: {
+    sessionId: string;
+    contextRevision: number | bigint;
+    cutoffPosition: number | bigint;
+    turnNo: number;
+  },
 ): Promise<string[]> {
   const { rows } = await q.query<{ id: string }>(
     `select id from channel_typing_reaction
-     where session_id = $1 and context_revision = $2 and input_position <= $3
+     where session_id = $1 and context_revision = $2 and input_position <= $3 and settled_by = $4
        and settled_at is not null and cleaned_at is null and abandoned_at is null
      order by input_position limit 1000`,
-    [cut.sessionId, String(cut.contextRevision), String(cut.cutoffPosition)],
+    [cut.sessionId, String(cut.contextRevision), String(cut.cutoffPosition), `turn:${cut.turnNo}`],
   );
   return rows.map((r) => r.id);
 }
