@@ -226,3 +226,71 @@ describe('hole 2: a later turn re-drives an earlier turn\'s rows', () => {
     expect((await row(pool, registeredId(r))).next_attempt_at).toEqual(before.next_attempt_at);
   });
 });
+
+describe('hole 3: the seven-day deadline on the after-commit path', () => {
+  const WEEK = 7 * 86_400_000;
+
+  it('deadline.after_commit_no_call: a turn settling after its row passed expires_at makes no remote call and ends the row abandoned, not cleaned', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const m = await newMessage();
+    const r = await register(pool, inst, { sessionId: session, messageId: m, position: 1 });
+    expect(await addTypingBadge(pool, r)).toBe('added');
+    // Expiry lags (maintenance stopped): the row is past its deadline, still live.
+    await advanceDbClock(pool, WEEK + 60_000);
+    await settle(session, 1);
+    await emu('calls', undefined, 'DELETE');
+    await afterTurnSettled(
+      config,
+      turnOf(inst, { sessionId: session, turnNo: 1, cutoff: 1, positions: [1], messageIds: [m] }),
+      pool,
+    );
+    expect(await callsOn(m)).toEqual([]);
+    const after = await row(pool, registeredId(r));
+    expect(after.cleaned_at).toBeNull();
+    expect(after.abandoned_at).not.toBeNull();
+    expect(after.credential_snapshot).toBeNull();
+    expect(after.quota_slot).toBeNull();
+  });
+
+  it('deadline.empty_sweep_not_cleaned: an unfinished Add past its deadline is not swept and not recorded cleaned', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const m = await newMessage();
+    const r = await register(pool, inst, { sessionId: session, messageId: m, position: 1 });
+    await emu('faults', { route: 'reactions.create', kind: '5xx', status: 503 });
+    expect(await addTypingBadge(pool, r)).toBe('uncertain');
+    await advanceDbClock(pool, WEEK + 60_000);
+    const ids = await settle(session, 1);
+    await emu('calls', undefined, 'DELETE');
+    const out = await withdrawAfterCommit(pool, keys(), ids);
+    expect(out[registeredId(r)]).toBe('expired');
+    expect(await callsOn(m)).toEqual([]);
+    const after = await row(pool, registeredId(r));
+    expect(after.cleaned_at).toBeNull();
+    expect(after.abandoned_at).not.toBeNull();
+  });
+
+  it('deadline.later_turn_old_row: with maintenance stopped, an earlier turn\'s row past its deadline gets no call and no cleaned from a later turn', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const [m1, m2] = [await newMessage(), await newMessage()];
+    const r1 = await register(pool, inst, { sessionId: session, messageId: m1, position: 1 });
+    await emu('faults', { route: 'reactions.create', kind: '5xx', status: 503 });
+    expect(await addTypingBadge(pool, r1)).toBe('uncertain');
+    await settle(session, 1, 1);
+    await advanceDbClock(pool, WEEK + 60_000);
+    const r2 = await register(pool, inst, { sessionId: session, messageId: m2, position: 2 });
+    expect(await addTypingBadge(pool, r2)).toBe('added');
+    await settle(session, 2, 2);
+    await emu('calls', undefined, 'DELETE');
+    await afterTurnSettled(
+      config,
+      turnOf(inst, { sessionId: session, turnNo: 2, cutoff: 2, positions: [2], messageIds: [m2] }),
+      pool,
+    );
+    expect(await callsOn(m1)).toEqual([]);
+    expect((await row(pool, registeredId(r1))).cleaned_at).toBeNull();
+    expect(await typingOf(m2, inst.appId)).toHaveLength(0);
+  });
+});

@@ -154,6 +154,23 @@ export async function adoptReaction(
   return r === undefined ? 'none' : r.settled ? 'settled' : 'adopted';
 }
 
+/**
+ * The seven-day deadline passed before this withdrawal (expiry lags: maintenance stopped, a
+ * backlog): the spec's failed terminal, written exactly as the expiry pass writes it
+ * (passes/expire.ts EXPIRE_LIFETIME): abandoned_at, snapshot erased, slot released,
+ * cleaned_at left null. Fenced on the deadline itself, so only a row really past it ends here.
+ */
+export async function abandonExpired(q: Q, id: string): Promise<boolean> {
+  const { rowCount } = await q.query(
+    `update channel_typing_reaction
+     set abandoned_at = app_now(), credential_snapshot = null, quota_slot = null,
+         next_attempt_at = null, retention_outcome = 'expired', updated_at = app_now()
+     where id = $1 and expires_at <= app_now() and cleaned_at is null and abandoned_at is null`,
+    [id],
+  );
+  return (rowCount ?? 0) > 0;
+}
+
 export async function loadTargets(
   q: Q,
   ids: string[],

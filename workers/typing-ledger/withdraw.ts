@@ -4,7 +4,7 @@ import type { KeyRing } from '../crypto/sealed';
 import { log } from '../log';
 import { withRowCredentials } from './credentials';
 import { deleteExact, deleteFound, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
-import { adoptReaction, loadTargets, recordCleaned, scheduleRetry } from './store';
+import { abandonExpired, adoptReaction, loadTargets, recordCleaned, scheduleRetry } from './store';
 import { type Q, WITHDRAW_BUDGET_MS, type WithdrawTarget } from './types';
 
 /**
@@ -15,9 +15,11 @@ import { type Q, WITHDRAW_BUDGET_MS, type WithdrawTarget } from './types';
  *   uncertain) and the retention deadline has not passed: nothing acknowledged, retry later.
  * - retryable: try later, not before `retryAfterSeconds` (x-ogw-ratelimit-reset) when given.
  * - permanent: this request cannot succeed (revoked app, snapshot gone or unopenable).
+ * - expired: the row's seven-day deadline had passed: no remote call, the row is abandoned
+ *   (the spec's failed terminal), exactly as the expiry pass would have written it.
  */
 export type WithdrawResult =
-  | { outcome: 'cleaned' | 'already_gone' | 'adopted' | 'unconfirmed' }
+  | { outcome: 'cleaned' | 'already_gone' | 'adopted' | 'unconfirmed' | 'expired' }
   | { outcome: 'retryable'; code: number; retryAfterSeconds?: number }
   | { outcome: 'permanent'; code: number };
 
@@ -38,10 +40,21 @@ export interface WithdrawOptions {
  * across the remote calls; writes back only confirmed outcomes (cleanup or adoption). Retry
  * bookkeeping stays with the caller (the maintenance retry pass advances it at claim time).
  */
-export async function withdrawRow(q: Q, keys: KeyRing, row: WithdrawTarget, opts: WithdrawOptions) {
+export async function withdrawRow(
+  q: Q,
+  keys: KeyRing,
+  row: WithdrawTarget,
+  opts: WithdrawOptions,
+): Promise<WithdrawResult> {
+  // Spec: no remote retry after the seven-day deadline, and an empty sweep never acknowledges
+  // an unfinished Add: past the deadline the outcome is `abandoned`, never `cleaned`.
+  if (row.past_retention) {
+    await abandonExpired(q, row.id);
+    return { outcome: 'expired' };
+  }
   const result = await remoteWithdraw(q, keys, row, opts);
   if (result.kind === 'adopted') return { outcome: 'adopted' } satisfies WithdrawResult;
-  if (result.kind === 'gone' || (result.kind === 'not_found' && row.past_retention)) {
+  if (result.kind === 'gone') {
     await recordCleaned(q, row.id);
     return {
       outcome: result.kind === 'gone' && result.deleted > 0 ? 'cleaned' : 'already_gone',

@@ -30,6 +30,8 @@ export interface RetryReport {
   cleaned: number;
   adopted: number;
   unconfirmed: number;
+  /** Rows whose seven-day deadline passed between claim and call: abandoned, nothing sent. */
+  expired: number;
   retryable: number;
   permanent: number;
   /** Rows whose withdrawal failed with something other than a Lark answer (logged as errors). */
@@ -56,6 +58,7 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
     cleaned: 0,
     adopted: 0,
     unconfirmed: 0,
+    expired: 0,
     retryable: 0,
     permanent: 0,
     errors: 0,
@@ -99,6 +102,7 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
     if (r.outcome === 'cleaned' || r.outcome === 'already_gone') report.cleaned++;
     else if (r.outcome === 'adopted') report.adopted++;
     else if (r.outcome === 'unconfirmed') report.unconfirmed++;
+    else if (r.outcome === 'expired') report.expired++;
     else if (r.outcome === 'retryable' || r.outcome === 'permanent') {
       report[r.outcome]++;
       const wait = r.outcome === 'retryable' && r.retryAfterSeconds ? r.retryAfterSeconds * 1000 : 0;
