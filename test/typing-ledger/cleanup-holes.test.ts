@@ -294,3 +294,19 @@ describe('hole 3: the seven-day deadline on the after-commit path', () => {
     expect(await typingOf(m2, inst.appId)).toHaveLength(0);
   });
 });
+
+describe('hole 4: a 4xx without Lark JSON is not proof that the Add was not applied', () => {
+  it('add.gateway_408_uncertain: an Add answered by a gateway 408 stays uncertain and keeps its slot and snapshot', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const m = await newMessage();
+    const r = await register(pool, inst, { sessionId: session, messageId: m, position: 1 });
+    await emu('faults', { route: 'reactions.create', kind: '5xx', status: 408 });
+    expect(await addTypingBadge(pool, r)).toBe('uncertain');
+    const after = await row(pool, registeredId(r));
+    expect(after.cleaned_at).toBeNull();
+    expect(after.add_state).toBe('uncertain');
+    expect(after.quota_slot).not.toBeNull();
+    expect(after.credential_snapshot).not.toBeNull();
+  });
+});
