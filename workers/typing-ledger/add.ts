@@ -1,7 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
 import { withTx } from '../db/tx';
-import { LarkApiError, provesNothingApplied } from '../lark/errors';
+import { CREDENTIAL_CODES, LarkApiError, provesNothingApplied } from '../lark/errors';
 import { log } from '../log';
 import { ledgerClient } from './client';
 import type { Registration } from './register';
@@ -109,7 +109,7 @@ export async function addTypingBadge(
       );
     else
       await write((tx) =>
-        scheduleWithdrawal(tx, reg.id, reactionId, waitOf(gone), withdrawError(gone)),
+        scheduleWithdrawal(tx, reg.id, reactionId, waitOf(gone), withdrawError(gone), refusedOf(gone)),
       ).catch((dbErr: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: dbErr }));
     return 'record_failed';
   }
@@ -126,7 +126,7 @@ export async function addTypingBadge(
   // A terminal row has no snapshot and no retries left; a live one is due for the retry
   // pass now, settled or not, not before Lark's reset.
   if (gone.kind !== 'gone' && rec && !rec.terminal)
-    await write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone))).catch((err: unknown) =>
+    await write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone), refusedOf(gone))).catch((err: unknown) =>
       log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }),
     );
   return 'withdrawn_after_add';
@@ -164,6 +164,9 @@ async function withdrawNow(
 /** Not before Lark's reset; 0 leaves the first-retry delay (scheduleRetry's minimum). */
 const waitOf = (o: NowOutcome) =>
   o.kind === 'retryable' && o.retryAfterSeconds ? o.retryAfterSeconds * 1000 : 0;
+
+/** Lark refused the credentials themselves (the rotation's classification, migration 0120). */
+const refusedOf = (o: NowOutcome) => ('code' in o && o.kind !== 'error' ? CREDENTIAL_CODES.has(o.code) : undefined);
 
 const withdrawError = (o: NowOutcome) =>
   o.kind === 'error' ? `withdraw:error:${o.error}` : `withdraw:${o.kind}:${'code' in o ? o.code : 0}`;

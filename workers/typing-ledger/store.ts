@@ -87,16 +87,23 @@ export const WITHDRAW_FAILED_INCIDENT = (updated: string, error: string) =>
  * pull a row the retry pass backed off to an hour back to 30 s. An empty sweep of an
  * unfinished Add (`withdraw:unconfirmed:…`) is the spec's waiting state, not an incident.
  */
-export async function scheduleRetry(q: Q, id: string, delayMs: number, error: string) {
+export async function scheduleRetry(
+  q: Q,
+  id: string,
+  delayMs: number,
+  error: string,
+  credentialsRefused?: boolean,
+) {
   await q.query(
     `with u as (
        update channel_typing_reaction
        set next_attempt_at = greatest(next_attempt_at, app_now() + $2 * interval '1 millisecond'),
-           last_error = $3, updated_at = app_now()
+           last_error = $3, credentials_refused = credentials_refused or coalesce($4::boolean, false),
+           updated_at = app_now()
        where id = $1 and cleaned_at is null and abandoned_at is null
        returning workspace_id)
      ${WITHDRAW_FAILED_INCIDENT('u', '$3::text')}`,
-    [id, Math.max(FIRST_RETRY_MS, delayMs), error],
+    [id, Math.max(FIRST_RETRY_MS, delayMs), error, credentialsRefused ?? null],
   );
 }
 
@@ -111,11 +118,12 @@ export async function scheduleWithdrawal(
   reactionId: string,
   delayMs: number,
   error: string,
+  credentialsRefused?: boolean,
 ) {
   await q.query(
     `with u as (
        update channel_typing_reaction
-       set reaction_id = $2,
+       set reaction_id = $2, credentials_refused = credentials_refused or coalesce($5::boolean, false),
            add_state = case when add_state in ('pending', 'uncertain') then 'added' else add_state end,
            add_finished_at = coalesce(add_finished_at, app_now()),
            next_attempt_at = greatest(next_attempt_at, app_now() + $3 * interval '1 millisecond'),
@@ -123,7 +131,7 @@ export async function scheduleWithdrawal(
        where id = $1 and cleaned_at is null and abandoned_at is null
        returning workspace_id)
      ${WITHDRAW_FAILED_INCIDENT('u', '$4::text')}`,
-    [id, reactionId, Math.max(FIRST_RETRY_MS, delayMs), error],
+    [id, reactionId, Math.max(FIRST_RETRY_MS, delayMs), error, credentialsRefused ?? null],
   );
 }
 

@@ -51,6 +51,8 @@ export interface TypingRow {
   attempts: number;
   next_attempt_at: Date | null;
   last_error: string | null;
+  /** The last answered withdrawal was refused for the app's credentials (10014/10015; migration 0120). */
+  credentials_refused: boolean;
   /** The retry pass's last claim (migration 0082). */
   last_attempt_at: Date | null;
   /** The last operator-requested removal and its result (manual-removal.ts, migration 0082). */

@@ -1,6 +1,7 @@
 import type { Pool } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
 import type { KeyRing } from '../crypto/sealed';
+import { CREDENTIAL_CODES } from '../lark/errors';
 import { log } from '../log';
 import { withRowCredentials } from './credentials';
 import { deleteExact, deleteFound, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
@@ -147,7 +148,7 @@ export async function withdrawAfterCommit(
         log.warn('typing_withdraw_failed', { rowId: row.id, outcome: r.outcome, code });
         const wait = 'retryAfterSeconds' in r && r.retryAfterSeconds ? r.retryAfterSeconds * 1000 : 0;
         if (wait > 0) out[row.id] = 'rate_limited';
-        await retryLater(pool, row.id, wait, `withdraw:${r.outcome}:${code}`);
+        await retryLater(pool, row.id, wait, `withdraw:${r.outcome}:${code}`, CREDENTIAL_CODES.has(code));
       }
     }
   };
@@ -159,8 +160,14 @@ export async function withdrawAfterCommit(
  * Pushes the row's next attempt back and records why. Its failure only means the retry pass
  * may try the row sooner (settlement already made it due), so it is logged, not thrown.
  */
-async function retryLater(pool: Pool, rowId: string, waitMs: number, why: string): Promise<void> {
-  await scheduleRetry(pool, rowId, waitMs, why).catch((err: unknown) =>
+async function retryLater(
+  pool: Pool,
+  rowId: string,
+  waitMs: number,
+  why: string,
+  credentialsRefused?: boolean,
+): Promise<void> {
+  await scheduleRetry(pool, rowId, waitMs, why, credentialsRefused).catch((err: unknown) =>
     log.warn('typing_retry_schedule_failed', { rowId, error: err }),
   );
 }

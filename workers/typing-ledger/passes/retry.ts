@@ -1,6 +1,7 @@
 import type { Pool } from '@neondatabase/serverless';
 import { type Clock, Deadline, systemClock } from '../../clock';
 import type { KeyRing } from '../../crypto/sealed';
+import { CREDENTIAL_CODES } from '../../lark/errors';
 import { log } from '../../log';
 import { errorName, type WithdrawResult, withdrawRow } from '../withdraw';
 import { type ClaimedRow, claimDue, noteFailures, type RetryNote } from './claim';
@@ -112,6 +113,7 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
         attempts: row.attempts,
         error: `retry:${r.outcome}:${r.code}`,
         notBeforeMs: wait,
+        credentialsRefused: CREDENTIAL_CODES.has(r.code),
       });
       // Spec: failed remote withdrawals warn, without credentials (ids and codes only).
       log.warn('typing_withdraw_failed', {
