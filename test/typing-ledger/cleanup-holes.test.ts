@@ -7,7 +7,9 @@ import { loadConfig } from '../../workers/env';
 import type { Installation } from '../../workers/installations/store';
 import { addTypingBadge, settleTurnInputs, withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
-import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
+import { holdRows } from '../effects/row-locks';
+import { advanceDbClock, blockedBehind, setDbClockOffset, testPool, uid } from '../helpers/db';
+import { captureLogLines } from '../helpers/logs';
 import { emu, releaseHeld, untilHeld } from '../lark/helpers';
 import { quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
 import {
@@ -30,6 +32,16 @@ let pool: Pool;
 let other: Pool;
 const { track, dropAll } = trackWorkspaces();
 const config = loadConfig(env);
+const held: { end(): Promise<void> }[] = [];
+
+/** Polls until `ok()` (an event the code under test reports), never a fixed sleep. */
+async function until(ok: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const started = Date.now();
+  while (!ok()) {
+    if (Date.now() - started > timeoutMs) throw new Error('condition never held');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 beforeAll(() => {
   pool = testPool(8);
@@ -37,6 +49,7 @@ beforeAll(() => {
 });
 beforeEach(() => quietEmulator());
 afterEach(async () => {
+  for (const h of held.splice(0)) await h.end();
   await emu('faults', undefined, 'DELETE');
   await setDbClockOffset(pool, 0);
 });
@@ -308,5 +321,32 @@ describe('hole 4: a 4xx without Lark JSON is not proof that the Add was not appl
     expect(after.add_state).toBe('uncertain');
     expect(after.quota_slot).not.toBeNull();
     expect(after.credential_snapshot).not.toBeNull();
+  });
+});
+
+describe('hole 6: a refused Add whose first write fails', () => {
+  it('refused.close_retried: the close of a refused Add is retried in the same budget when its first write fails, so its quota slot is freed', async () => {
+    const inst = await install();
+    const m = await newMessage();
+    const r = await register(pool, inst, { sessionId: uid('s'), messageId: m, position: 1 });
+    const id = registeredId(r);
+    // The first write runs out of its budget on a row lock; the lock goes once it has failed.
+    const holder = await holdRows(pool, held, [['channel_typing_reaction', id]]);
+    await emu('faults', { route: 'reactions.create', kind: '429', resetSeconds: 1 });
+    const logs = captureLogLines();
+    const adding = addTypingBadge(pool, r, { recordBudgetMs: 300 });
+    try {
+      await blockedBehind(pool, holder.pid);
+      await until(() => logs.events('typing_add_record_failed').length > 0);
+    } finally {
+      await holder.release();
+    }
+    expect(await adding.finally(logs.restore)).toBe('not_added');
+    expect(await row(pool, id)).toMatchObject({
+      add_state: 'not_added',
+      cleaned_at: expect.any(Date),
+      quota_slot: null,
+      credential_snapshot: null,
+    });
   });
 });
