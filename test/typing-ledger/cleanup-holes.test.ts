@@ -5,7 +5,12 @@ import { afterTurnSettled, type TurnSettlement } from '../../workers/channel/typ
 import { withTx } from '../../workers/db/tx';
 import { loadConfig } from '../../workers/env';
 import type { Installation } from '../../workers/installations/store';
-import { addTypingBadge, settleTurnInputs, withdrawAfterCommit } from '../../workers/typing-ledger';
+import {
+  addTypingBadge,
+  markInputsTasked,
+  settleTurnInputs,
+  withdrawAfterCommit,
+} from '../../workers/typing-ledger';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { holdRows } from '../effects/row-locks';
 import { advanceDbClock, blockedBehind, setDbClockOffset, testPool, uid } from '../helpers/db';
@@ -348,5 +353,43 @@ describe('hole 6: a refused Add whose first write fails', () => {
       quota_slot: null,
       credential_snapshot: null,
     });
+  });
+});
+
+/** Resolves once backend `pid` has waited on a lock for `ms` (Postgres's clock), polling. */
+async function waitingFor(pid: number, ms: number): Promise<void> {
+  for (;;) {
+    const { rows } = await pool.query<{ waited: number | null }>(
+      `select extract(epoch from clock_timestamp() - state_change) * 1000 as waited
+       from pg_stat_activity where pid = $1 and wait_event_type = 'Lock'`,
+      [pid],
+    );
+    if ((rows[0]?.waited ?? 0) >= ms) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('hole 8: an Add recorded while its own flush holds the row', () => {
+  it('record.waits_for_flush: the flush (markInputsTasked, not yet committed) holds the row past one second; the Add waits for it and keeps the live badge', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const m = await newMessage();
+    const r = await register(pool, inst, { sessionId: session, messageId: m, position: 1 });
+    // The flush's fenced commit: the turn's inputs are marked tasked, the commit not yet done.
+    const flush = await pool.connect();
+    held.push({ end: async () => void (await flush.query('rollback').catch(() => {}), flush.release()) });
+    await flush.query('begin');
+    await markInputsTasked(flush, { sessionId: session, contextRevision: 0, cutoffPosition: 1 });
+    const { rows } = await flush.query<{ pid: number }>('select pg_backend_pid() as pid');
+    const adding = addTypingBadge(pool, r);
+    const recorder = await blockedBehind(pool, rows[0]!.pid);
+    const first = await Promise.race([adding, waitingFor(recorder, 1500).then(() => 'still waiting')]);
+    expect(first).toBe('still waiting');
+    await flush.query('commit');
+    held.pop();
+    flush.release();
+    expect(await adding).toBe('added');
+    expect(await typingOf(m, inst.appId)).toHaveLength(1);
+    expect(await row(pool, registeredId(r))).toMatchObject({ add_state: 'added', taskless: false, cleaned_at: null });
   });
 });
