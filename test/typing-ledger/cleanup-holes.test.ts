@@ -11,17 +11,21 @@ import {
   settleTurnInputs,
   withdrawAfterCommit,
 } from '../../workers/typing-ledger';
+import { Deadline } from '../../workers/clock';
+import { LarkClient } from '../../workers/lark/client';
+import { runMaintenancePasses } from '../../workers/typing-ledger/maintenance-passes';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { holdRows } from '../effects/row-locks';
 import { advanceDbClock, blockedBehind, setDbClockOffset, testPool, uid } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
 import { emu, releaseHeld, untilHeld } from '../lark/helpers';
-import { quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
+import { liveRows, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
 import {
   advanceClocks,
   keys,
   makeInstallation,
   newMessage,
+  reactionsOn,
   register,
   registeredId,
   row,
@@ -391,5 +395,68 @@ describe('hole 8: an Add recorded while its own flush holds the row', () => {
     expect(await adding).toBe('added');
     expect(await typingOf(m, inst.appId)).toHaveLength(1);
     expect(await row(pool, registeredId(r))).toMatchObject({ add_state: 'added', taskless: false, cleaned_at: null });
+  });
+});
+
+describe('hole 9: decisions recorded by a test', () => {
+  it('decision.other_letter_case_kept: our own app\'s reaction `typing` (another letter case) is not our badge and is not swept', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const m = await newMessage();
+    const r = await register(pool, inst, { sessionId: session, messageId: m, position: 1 });
+    await emu('faults', { route: 'reactions.create', kind: 'lost_response' });
+    expect(await addTypingBadge(pool, r)).toBe('uncertain');
+    await emu(`messages/${m}/reactions`, { emoji_type: 'typing', app_id: inst.appId });
+    await emu(`messages/${m}/reactions`, { emoji_type: 'TYPING', app_id: inst.appId });
+    const ids = await settle(session, 1);
+    await advanceDbClock(pool, 61_000);
+    expect(await withdrawAfterCommit(pool, keys(), ids)).toEqual({ [registeredId(r)]: 'cleaned' });
+    expect((await reactionsOn(m)).map((x) => x.reaction_type.emoji_type).sort()).toEqual(['TYPING', 'typing']);
+  });
+
+  it('decision.already_gone_not_relisted: a precise delete answered 231011 (reaction gone) is taken as absence without listing the message', async () => {
+    const inst = await install();
+    const [live] = await liveRows(pool, inst, 1);
+    const { rows } = await pool.query<{ reaction_id: string }>(
+      'select reaction_id from channel_typing_reaction where id = $1',
+      [live!.id],
+    );
+    // The badge is removed behind the ledger's back (another replica, a user's client).
+    await new LarkClient({ baseUrl: inst.apiBase, appId: inst.appId, appSecret: inst.appSecret }).deleteReaction(
+      live!.messageId,
+      rows[0]!.reaction_id,
+      { deadline: new Deadline(2000) },
+    );
+    await emu('calls', undefined, 'DELETE');
+    expect(await withdrawAfterCommit(pool, keys(), [live!.id])).toEqual({ [live!.id]: 'already_gone' });
+    const seen = await callsOn(live!.messageId);
+    expect(seen.map((c) => c.route)).toEqual(['reactions.delete']);
+    expect((await row(pool, live!.id)).cleaned_at).not.toBeNull();
+  });
+
+  it('decision.step_failure_isolated: a maintenance step that throws does not stop the next steps', async () => {
+    const inst = await install();
+    const [live] = await liveRows(pool, inst, 1);
+    // The expiry step runs into its lock timeout on the ledger table; the lock goes once that
+    // failure is logged, and the pruning and retry steps run after it.
+    const holder = await pool.connect();
+    held.push({ end: async () => void (await holder.query('rollback').catch(() => {}), holder.release()) });
+    await holder.query('begin');
+    await holder.query('lock table channel_typing_reaction in access exclusive mode');
+    const logs = captureLogLines();
+    const run = runMaintenancePasses(pool, { keys: keys(), scope: scopeOf(inst) });
+    try {
+      await until(() => logs.events('typing_maintenance_step_failed').length > 0);
+    } finally {
+      await holder.query('rollback');
+      held.pop();
+      holder.release();
+    }
+    const report = await run.finally(logs.restore);
+    expect(report.expire).toHaveProperty('error');
+    expect(report.prune).toMatchObject({ pruned: 0 });
+    expect(report.retry).toMatchObject({ claimed: 1, cleaned: 1 });
+    expect(await typingOf(live!.messageId, inst.appId)).toHaveLength(0);
+    expect(logs.events('typing_maintenance_step_failed')).toEqual([expect.objectContaining({ step: 'expire' })]);
   });
 });
