@@ -126,4 +126,3 @@ describe('an empty message_id (issue 28 hole 9)', () => {
     expect(logs.events('unhandled_error')).toEqual([]);
   });
 });
-

@@ -2,17 +2,17 @@ import { env } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { afterTurnSettled, type TurnSettlement } from '../../workers/channel/typing-hooks';
+import { Deadline } from '../../workers/clock';
 import { withTx } from '../../workers/db/tx';
 import { loadConfig } from '../../workers/env';
 import type { Installation } from '../../workers/installations/store';
+import { LarkClient } from '../../workers/lark/client';
 import {
   addTypingBadge,
   markInputsTasked,
   settleTurnInputs,
   withdrawAfterCommit,
 } from '../../workers/typing-ledger';
-import { Deadline } from '../../workers/clock';
-import { LarkClient } from '../../workers/lark/client';
 import { runMaintenancePasses } from '../../workers/typing-ledger/maintenance-passes';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { holdRows } from '../effects/row-locks';
@@ -42,6 +42,21 @@ let other: Pool;
 const { track, dropAll } = trackWorkspaces();
 const config = loadConfig(env);
 const held: { end(): Promise<void> }[] = [];
+
+/** A connection in an open transaction; the file's cleanup rolls it back if a test fails. */
+async function openTransaction() {
+  const client = await pool.connect();
+  let open = true;
+  const finish = async (how: 'commit' | 'rollback') => {
+    if (!open) return;
+    open = false;
+    await client.query(how);
+    client.release();
+  };
+  held.push({ end: () => finish('rollback') });
+  await client.query('begin');
+  return { client, commit: () => finish('commit'), rollback: () => finish('rollback') };
+}
 
 /** Polls until `ok()` (an event the code under test reports), never a fixed sleep. */
 async function until(ok: () => boolean, timeoutMs = 10_000): Promise<void> {
@@ -191,8 +206,8 @@ describe('hole 1: adoption after a concurrent settlement', () => {
   });
 });
 
-describe('hole 2: a later turn re-drives an earlier turn\'s rows', () => {
-  it('later_turn.leaves_earlier_rows: an earlier turn\'s unfinished row is not listed again, its backoff is unchanged and no incident is counted', async () => {
+describe("hole 2: a later turn re-drives an earlier turn's rows", () => {
+  it("later_turn.leaves_earlier_rows: an earlier turn's unfinished row is not listed again, its backoff is unchanged and no incident is counted", async () => {
     const inst = await install();
     const session = uid('s');
     const [m1, m2] = [await newMessage(), await newMessage()];
@@ -206,9 +221,10 @@ describe('hole 2: a later turn re-drives an earlier turn\'s rows', () => {
     expect(await withdrawAfterCommit(pool, keys(), ids1)).toEqual({ [registeredId(r1)]: 'unconfirmed' });
     expect(await incidents(inst.workspaceId)).toBe(0);
     // The retry pass has backed it off to an hour by now.
-    await pool.query(`update channel_typing_reaction set next_attempt_at = app_now() + interval '1 hour' where id = $1`, [
-      registeredId(r1),
-    ]);
+    await pool.query(
+      `update channel_typing_reaction set next_attempt_at = app_now() + interval '1 hour' where id = $1`,
+      [registeredId(r1)],
+    );
     const before = await row(pool, registeredId(r1));
     const incidentsBefore = await incidents(inst.workspaceId);
 
@@ -239,9 +255,10 @@ describe('hole 2: a later turn re-drives an earlier turn\'s rows', () => {
     expect(await addTypingBadge(pool, r)).toBe('added');
     const ids = await settle(session, 1);
     // The retry pass claimed it since and backed it off to an hour (the effect re-runs later).
-    await pool.query(`update channel_typing_reaction set next_attempt_at = app_now() + interval '1 hour' where id = $1`, [
-      registeredId(r),
-    ]);
+    await pool.query(
+      `update channel_typing_reaction set next_attempt_at = app_now() + interval '1 hour' where id = $1`,
+      [registeredId(r)],
+    );
     const before = await row(pool, registeredId(r));
     await emu('faults', { route: 'reactions.delete', kind: '5xx', status: 503 });
     expect(await withdrawAfterCommit(pool, keys(), ids)).toEqual({ [registeredId(r)]: 'retryable' });
@@ -293,7 +310,7 @@ describe('hole 3: the seven-day deadline on the after-commit path', () => {
     expect(after.abandoned_at).not.toBeNull();
   });
 
-  it('deadline.later_turn_old_row: with maintenance stopped, an earlier turn\'s row past its deadline gets no call and no cleaned from a later turn', async () => {
+  it("deadline.later_turn_old_row: with maintenance stopped, an earlier turn's row past its deadline gets no call and no cleaned from a later turn", async () => {
     const inst = await install();
     const session = uid('s');
     const [m1, m2] = [await newMessage(), await newMessage()];
@@ -380,26 +397,26 @@ describe('hole 8: an Add recorded while its own flush holds the row', () => {
     const m = await newMessage();
     const r = await register(pool, inst, { sessionId: session, messageId: m, position: 1 });
     // The flush's fenced commit: the turn's inputs are marked tasked, the commit not yet done.
-    const flush = await pool.connect();
-    held.push({ end: async () => void (await flush.query('rollback').catch(() => {}), flush.release()) });
-    await flush.query('begin');
-    await markInputsTasked(flush, { sessionId: session, contextRevision: 0, cutoffPosition: 1 });
-    const { rows } = await flush.query<{ pid: number }>('select pg_backend_pid() as pid');
+    const flush = await openTransaction();
+    await markInputsTasked(flush.client, { sessionId: session, contextRevision: 0, cutoffPosition: 1 });
+    const { rows } = await flush.client.query<{ pid: number }>('select pg_backend_pid() as pid');
     const adding = addTypingBadge(pool, r);
     const recorder = await blockedBehind(pool, rows[0]!.pid);
     const first = await Promise.race([adding, waitingFor(recorder, 1500).then(() => 'still waiting')]);
     expect(first).toBe('still waiting');
-    await flush.query('commit');
-    held.pop();
-    flush.release();
+    await flush.commit();
     expect(await adding).toBe('added');
     expect(await typingOf(m, inst.appId)).toHaveLength(1);
-    expect(await row(pool, registeredId(r))).toMatchObject({ add_state: 'added', taskless: false, cleaned_at: null });
+    expect(await row(pool, registeredId(r))).toMatchObject({
+      add_state: 'added',
+      taskless: false,
+      cleaned_at: null,
+    });
   });
 });
 
 describe('hole 9: decisions recorded by a test', () => {
-  it('decision.other_letter_case_kept: our own app\'s reaction `typing` (another letter case) is not our badge and is not swept', async () => {
+  it("decision.other_letter_case_kept: our own app's reaction `typing` (another letter case) is not our badge and is not swept", async () => {
     const inst = await install();
     const session = uid('s');
     const m = await newMessage();
@@ -411,7 +428,10 @@ describe('hole 9: decisions recorded by a test', () => {
     const ids = await settle(session, 1);
     await advanceDbClock(pool, 61_000);
     expect(await withdrawAfterCommit(pool, keys(), ids)).toEqual({ [registeredId(r)]: 'cleaned' });
-    expect((await reactionsOn(m)).map((x) => x.reaction_type.emoji_type).sort()).toEqual(['TYPING', 'typing']);
+    expect((await reactionsOn(m)).map((x) => x.reaction_type.emoji_type).sort()).toEqual([
+      'TYPING',
+      'typing',
+    ]);
   });
 
   it('decision.already_gone_not_relisted: a precise delete answered 231011 (reaction gone) is taken as absence without listing the message', async () => {
@@ -422,11 +442,11 @@ describe('hole 9: decisions recorded by a test', () => {
       [live!.id],
     );
     // The badge is removed behind the ledger's back (another replica, a user's client).
-    await new LarkClient({ baseUrl: inst.apiBase, appId: inst.appId, appSecret: inst.appSecret }).deleteReaction(
-      live!.messageId,
-      rows[0]!.reaction_id,
-      { deadline: new Deadline(2000) },
-    );
+    await new LarkClient({
+      baseUrl: inst.apiBase,
+      appId: inst.appId,
+      appSecret: inst.appSecret,
+    }).deleteReaction(live!.messageId, rows[0]!.reaction_id, { deadline: new Deadline(2000) });
     await emu('calls', undefined, 'DELETE');
     expect(await withdrawAfterCommit(pool, keys(), [live!.id])).toEqual({ [live!.id]: 'already_gone' });
     const seen = await callsOn(live!.messageId);
@@ -439,24 +459,22 @@ describe('hole 9: decisions recorded by a test', () => {
     const [live] = await liveRows(pool, inst, 1);
     // The expiry step runs into its lock timeout on the ledger table; the lock goes once that
     // failure is logged, and the pruning and retry steps run after it.
-    const holder = await pool.connect();
-    held.push({ end: async () => void (await holder.query('rollback').catch(() => {}), holder.release()) });
-    await holder.query('begin');
-    await holder.query('lock table channel_typing_reaction in access exclusive mode');
+    const holder = await openTransaction();
+    await holder.client.query('lock table channel_typing_reaction in access exclusive mode');
     const logs = captureLogLines();
     const run = runMaintenancePasses(pool, { keys: keys(), scope: scopeOf(inst) });
     try {
       await until(() => logs.events('typing_maintenance_step_failed').length > 0);
     } finally {
-      await holder.query('rollback');
-      held.pop();
-      holder.release();
+      await holder.rollback();
     }
     const report = await run.finally(logs.restore);
     expect(report.expire).toHaveProperty('error');
     expect(report.prune).toMatchObject({ pruned: 0 });
     expect(report.retry).toMatchObject({ claimed: 1, cleaned: 1 });
     expect(await typingOf(live!.messageId, inst.appId)).toHaveLength(0);
-    expect(logs.events('typing_maintenance_step_failed')).toEqual([expect.objectContaining({ step: 'expire' })]);
+    expect(logs.events('typing_maintenance_step_failed')).toEqual([
+      expect.objectContaining({ step: 'expire' }),
+    ]);
   });
 });

@@ -281,7 +281,10 @@ describe('a withdrawal after the App Secret was rotated', () => {
     const notDue = `update channel_typing_reaction set next_attempt_at = app_now() + interval '1 hour' where id = $1`;
     await pool.query(notDue, [other!.id]);
     // Rotated at Lark, the service behind: the due row is refused with both secrets.
-    await emu(`apps/${inst.appId}/rotate-secret`, { app_secret: `rotated-${crypto.randomUUID()}`, revoke_tokens: true });
+    await emu(`apps/${inst.appId}/rotate-secret`, {
+      app_secret: `rotated-${crypto.randomUUID()}`,
+      revoke_tokens: true,
+    });
     clearTokenCache();
     expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 1, permanent: 1 });
     expect((await row(pool, refused!.id)).last_error).toMatch(/:10015$/);
@@ -293,7 +296,9 @@ describe('a withdrawal after the App Secret was rotated', () => {
     // The next pass takes both rows: the first is held (nothing sent), the second deferred
     // behind it; whichever the refused row is, nothing was learnt about its credentials.
     await advanceDbClock(pool, 31_000);
-    await pool.query(`update channel_typing_reaction set next_attempt_at = app_now() where id = $1`, [other!.id]);
+    await pool.query(`update channel_typing_reaction set next_attempt_at = app_now() where id = $1`, [
+      other!.id,
+    ]);
     expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 2, cleaned: 0 });
     expect((await row(pool, refused!.id)).last_error).toMatch(/^(deferred:429|retry:retryable:99991400)$/);
     expect(await dueNow(refused!.id)).toBe(false);
