@@ -478,3 +478,64 @@ describe('hole 9: decisions recorded by a test', () => {
     ]);
   });
 });
+
+describe('proof: a settlement transaction open and uncommitted authorizes nothing', () => {
+  it('proof.open_settlement: while it is open the retry pass and the Add withdraw nothing; after rollback nothing; after commit only the old inputs go', async () => {
+    const inst = await install();
+    const session = uid('s');
+    const [m0, m1, m2] = [await newMessage(), await newMessage(), await newMessage()];
+    const r0 = await register(pool, inst, { sessionId: session, messageId: m0, position: 1 });
+    const r1 = await register(pool, inst, { sessionId: session, messageId: m1, position: 2 });
+    const r2 = await register(pool, inst, { sessionId: session, messageId: m2, position: 3 });
+    // Input 1: applied, answer lost (uncertain, due for the retry pass after a minute).
+    await emu('faults', { route: 'reactions.create', kind: 'lost_response' });
+    expect(await addTypingBadge(pool, r0)).toBe('uncertain');
+    // Input 3 (a later one, not this turn's): its badge is on.
+    expect(await addTypingBadge(pool, r2)).toBe('added');
+    await advanceClocks(pool, 61_000);
+    // Input 2: its Add is in flight at Lark.
+    await emu('faults', { route: 'reactions.create', kind: 'hold' });
+    const adding = addTypingBadge(pool, r1);
+    await untilHeld('reactions.create');
+
+    // The turn's terminal transaction settles inputs 1-2 and stays open.
+    const tx = await openTransaction();
+    const settled = await settleTurnInputs(tx.client, {
+      sessionId: session,
+      contextRevision: 0,
+      cutoffPosition: 2,
+      settledBy: 'turn:1',
+      outcome: 'delivered',
+    });
+    expect(settled.sort()).toEqual([registeredId(r0), registeredId(r1)].sort());
+    const { rows } = await tx.client.query<{ pid: number }>('select pg_backend_pid() as pid');
+    expect(await runRemoteRetry(pool, { keys: keys(), scope: scopeOf(inst) })).toMatchObject({ claimed: 0 });
+    await releaseHeld(); // Lark applies the Add; its record waits for the open transaction
+    await blockedBehind(pool, rows[0]!.pid);
+    const badges = async () => [
+      (await typingOf(m0, inst.appId)).length,
+      (await typingOf(m1, inst.appId)).length,
+      (await typingOf(m2, inst.appId)).length,
+    ];
+    expect(await badges()).toEqual([1, 1, 1]);
+
+    // Rolled back: the Add revalidates a live input, the retry pass adopts, nothing goes.
+    await tx.rollback();
+    expect(await adding).toBe('added');
+    expect(await runRemoteRetry(pool, { keys: keys(), scope: scopeOf(inst) })).toMatchObject({
+      claimed: 1,
+      adopted: 1,
+      cleaned: 0,
+    });
+    expect(await badges()).toEqual([1, 1, 1]);
+
+    // Committed: only this turn's inputs lose their badges.
+    const ids = await settle(session, 2);
+    expect(await withdrawAfterCommit(pool, keys(), ids)).toEqual({
+      [registeredId(r0)]: 'cleaned',
+      [registeredId(r1)]: 'cleaned',
+    });
+    expect(await badges()).toEqual([0, 0, 1]);
+    expect((await row(pool, registeredId(r2))).settled_at).toBeNull();
+  });
+});
