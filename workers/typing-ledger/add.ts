@@ -125,8 +125,8 @@ export async function addTypingBadge(
   // A terminal row has no snapshot and no retries left; a live one is due for the retry
   // pass now, settled or not, not before Lark's reset.
   if (gone.kind !== 'gone' && rec && !rec.terminal)
-    await write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone), refusedOf(gone))).catch((err: unknown) =>
-      log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }),
+    await write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone), refusedOf(gone))).catch(
+      (err: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }),
     );
   return 'withdrawn_after_add';
 }
@@ -202,7 +202,8 @@ const waitOf = (o: NowOutcome) =>
   o.kind === 'retryable' && o.retryAfterSeconds ? o.retryAfterSeconds * 1000 : 0;
 
 /** Lark refused the credentials themselves (the rotation's classification, migration 0120). */
-const refusedOf = (o: NowOutcome) => ('code' in o && o.kind !== 'error' ? CREDENTIAL_CODES.has(o.code) : undefined);
+const refusedOf = (o: NowOutcome) =>
+  'code' in o && o.kind !== 'error' ? CREDENTIAL_CODES.has(o.code) : undefined;
 
 const withdrawError = (o: NowOutcome) =>
   o.kind === 'error' ? `withdraw:error:${o.error}` : `withdraw:${o.kind}:${'code' in o ? o.code : 0}`;
