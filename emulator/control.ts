@@ -131,9 +131,14 @@ function messages(
     return json({ items: state.reactions.get(msg.message_id) ?? [] });
   if (sub === 'reactions' && method === 'POST') {
     const emoji = String(body?.emoji_type ?? 'THUMBSUP');
-    const operator = body?.app_id
-      ? { operator_id: String(body.app_id), operator_type: 'app' as const }
-      : { operator_id: String(body?.user_open_id ?? id('ou_')), operator_type: 'user' as const };
+    // `operator_type` + `operator_id` name the operator exactly (an app reaction whose
+    // operator_id is empty, as a malformed or redacted listing can show); else app or user.
+    const operator =
+      body?.operator_type === 'app' || body?.operator_type === 'user'
+        ? { operator_id: String(body.operator_id ?? ''), operator_type: body.operator_type }
+        : body?.app_id
+          ? { operator_id: String(body.app_id), operator_type: 'app' as const }
+          : { operator_id: String(body?.user_open_id ?? id('ou_')), operator_type: 'user' as const };
     return json(state.addReaction(msg.message_id, emoji, operator));
   }
   return bad('unknown message route', 404);

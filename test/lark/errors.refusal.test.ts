@@ -67,4 +67,21 @@ describe('provesNothingApplied', () => {
       false,
     ]);
   });
+
+  it('refusal.gateway_4xx_uncertain: a 4xx without Lark JSON (a gateway 408/499, an HTML 400) proves nothing; only the plain-text 404 does', async () => {
+    const app = await installApp();
+    const lark = new LarkClient({ baseUrl: larkBase(), appId: app.appId, appSecret: app.appSecret });
+    const { message_id: messageId } = await emu<{ message_id: string }>('messages', { text: 'hi' });
+    const answers: LarkApiError[] = [];
+    for (const status of [408, 499, 400]) {
+      // The emulator's gateway fault: HTTP `status`, a body that is not Lark JSON.
+      await emu('faults', { route: 'reactions.create', kind: '5xx', status });
+      answers.push(await larkFailure(lark.createReaction(messageId, 'Typing', call())));
+    }
+    expect(answers.map((e) => [e.code, e.httpStatus, provesNothingApplied(e)])).toEqual([
+      [0, 408, false],
+      [0, 499, false],
+      [0, 400, false],
+    ]);
+  });
 });

@@ -113,3 +113,16 @@ describe('the service never makes unstorable text itself', () => {
     expect(await receipts(app.installationId)).toEqual([{ event_id: built.event_id, status: 'accepted' }]);
   });
 });
+
+describe('an empty message_id (issue 28 hole 9)', () => {
+  it('webhook.empty_message_id_refused: a signed event whose message_id is empty is refused before any write: no receipt, no input, no ledger row, no Add', async () => {
+    const app = await installApp();
+    const { request } = await signedEdited(app, (p) => (p.event.message.message_id = ''));
+    const before = await tableSums(pool);
+    const res = await submit(app.installationId, request);
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error?: { code?: string } }).error?.code).toBe('lark_bad_event');
+    expect(changedTables(before, await tableSums(pool))).toEqual([]);
+    expect(logs.events('unhandled_error')).toEqual([]);
+  });
+});

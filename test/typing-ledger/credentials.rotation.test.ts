@@ -274,4 +274,37 @@ describe('a withdrawal after the App Secret was rotated', () => {
     expect(res.status).toBe(200);
     expect([await dueNow(mine!.id), await dueNow(theirs!.id)]).toEqual([false, false]);
   });
+
+  it('rotation.deferral_keeps_refusal: a row refused for its credentials, then held or deferred behind a 429 of its app, is still made due at once by the rotation', async () => {
+    const inst = await install();
+    const [refused, other] = await liveRows(pool, inst, 2);
+    const notDue = `update channel_typing_reaction set next_attempt_at = app_now() + interval '1 hour' where id = $1`;
+    await pool.query(notDue, [other!.id]);
+    // Rotated at Lark, the service behind: the due row is refused with both secrets.
+    await emu(`apps/${inst.appId}/rotate-secret`, {
+      app_secret: `rotated-${crypto.randomUUID()}`,
+      revoke_tokens: true,
+    });
+    clearTokenCache();
+    expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 1, permanent: 1 });
+    expect((await row(pool, refused!.id)).last_error).toMatch(/:10015$/);
+
+    // Another withdrawal of the app meets a 429 with a reset on the token endpoint: the app's
+    // token fetches are held until it (lark_rate_limits).
+    await emu('faults', { route: 'token', kind: '429', resetSeconds: 60 });
+    expect(await withdrawAfterCommit(pool, keys(), [other!.id])).toEqual({ [other!.id]: 'rate_limited' });
+    // The next pass takes both rows: the first is held (nothing sent), the second deferred
+    // behind it; whichever the refused row is, nothing was learnt about its credentials.
+    await advanceDbClock(pool, 31_000);
+    await pool.query(`update channel_typing_reaction set next_attempt_at = app_now() where id = $1`, [
+      other!.id,
+    ]);
+    expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 2, cleaned: 0 });
+    expect((await row(pool, refused!.id)).last_error).toMatch(/^(deferred:429|retry:retryable:99991400)$/);
+    expect(await dueNow(refused!.id)).toBe(false);
+
+    const res = await admin(`/${inst.id}/rotate`, { body: { app_secret: `rotated-${crypto.randomUUID()}` } });
+    expect(res.status).toBe(200);
+    expect(await dueNow(refused!.id)).toBe(true);
+  });
 });

@@ -280,9 +280,9 @@ describe('settlement', () => {
         throw new Error('fence lost');
       }),
     ).rejects.toThrow();
-    expect(await settledRowIds(pool, { sessionId: session, contextRevision: 0, cutoffPosition: 1 })).toEqual(
-      [],
-    );
+    expect(
+      await settledRowIds(pool, { sessionId: session, contextRevision: 0, cutoffPosition: 1, turnNo: 1 }),
+    ).toEqual([]);
     expect((await row(pool, registeredId(reg))).settled_at).toBeNull();
     expect(await typingOf(messageId, inst.appId)).toHaveLength(1);
   });

@@ -170,6 +170,16 @@ describe('budgets with a large backlog', () => {
     expect(report.retry).toMatchObject({ claimed: 100, permanent: 100 });
   });
 
+  it('expire.taskless_own_share: crash-lost taskless timers expire in the same pass as a lifetime backlog over the row limit', async () => {
+    const w = ws();
+    const scope = { workspaceIds: [w] };
+    await bulkRows(pool, { workspaceId: w, n: 1200, createdOffsetMs: -8 * DAY });
+    await bulkRows(pool, { workspaceId: w, n: 3, taskless: true, createdOffsetMs: -3 * 60_000 });
+    // Both kinds share the 1,000 rows; the unused part of the taskless share goes to the backlog.
+    expect(await runExpiration(pool, { scope })).toMatchObject({ tasklessExpired: 3, expired: 997 });
+    expect(await runExpiration(pool, { scope })).toMatchObject({ tasklessExpired: 0, expired: 203 });
+  });
+
   it('expiry skips rows another transaction holds instead of waiting for them', async () => {
     const w = ws();
     const scope = { workspaceIds: [w] };

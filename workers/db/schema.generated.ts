@@ -94,6 +94,7 @@ export interface ChannelTypingReaction {
   context_revision: Int8;
   created_at: Generated<Timestamp>;
   credential_snapshot: string | null;
+  credentials_refused: Generated<boolean>;
   expires_at: Timestamp;
   id: string;
   input_position: Int8;

@@ -8,7 +8,12 @@ import { loadInstance, pendingMessages, recordFailedDelivery } from './mailbox';
 import { ownHandle, requestEffectRecovery } from './recovery';
 import type { ActorEvent, EffectRegistry } from './registry';
 import { claimEffects, completeEffects, failEffects } from './scheduler';
-import { DEFAULT_MAILBOX_MAX_ATTEMPTS, type EffectHandle, type EffectRuntimeConfig } from './types';
+import {
+  ACTOR_COMMIT_BUDGET_MS,
+  DEFAULT_MAILBOX_MAX_ATTEMPTS,
+  type EffectHandle,
+  type EffectRuntimeConfig,
+} from './types';
 
 export interface DrainStepResult {
   handled: boolean;
@@ -74,7 +79,7 @@ export async function drainStep(
           writes.push(w);
         },
       });
-      const checkRequestIds = await withTx(pool, { budgetMs: 5000 }, async (tx) => {
+      const checkRequestIds = await withTx(pool, { budgetMs: ACTOR_COMMIT_BUDGET_MS }, async (tx) => {
         await commitActor(
           tx,
           {

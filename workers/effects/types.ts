@@ -95,6 +95,13 @@ export const DEFAULT_EFFECT_CONFIG: EffectRuntimeConfig = {
   checkRetentionMs: 86_400_000,
 };
 
+/**
+ * Budget of an actor's fenced commit (runner.ts): every statement of it, the engine's flush
+ * writes included, ends within this. The typing ledger's Add path waits this long for a row
+ * lock its own flush holds (typing-ledger/types.ts RECORD_BUDGET_MS).
+ */
+export const ACTOR_COMMIT_BUDGET_MS = 5000;
+
 /** Default for `mailboxMaxAttempts`: a poison message is dead after this many failed deliveries. */
 export const DEFAULT_MAILBOX_MAX_ATTEMPTS = 5;
 

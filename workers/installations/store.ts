@@ -1,6 +1,5 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { type KeyRing, seal, unseal } from '../crypto/sealed';
-import { CREDENTIAL_CODES } from '../lark/errors';
 import { pgText } from '../lib/pg-text';
 
 type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
@@ -101,15 +100,13 @@ export interface Rotation {
   encryptKey?: string | null;
 }
 
-/** A Typing row's last_error when Lark refused the app's credentials (`<stage>:<kind>:<code>`). */
-const CREDENTIALS_REFUSED_ERROR = `:(${[...CREDENTIAL_CODES].join('|')})$`;
-
 /**
  * Re-seals the given secrets (with the newest key version) and bumps credential_version.
  *
  * A new App Secret or Open API host also makes due at once, in the same statement, every
  * pending Typing withdrawal of this installation's app that Lark last refused for its
- * credentials (10014/10015 from the token endpoint: `last_error` ends in the code): those rows
+ * credentials (10014/10015 from the token endpoint: `credentials_refused`, migration 0120, its
+ * own column so a free-text note such as `deferred:429` cannot erase it): those rows
  * back off for hours after repeated refusals, and the rotation is what they were waiting for.
  * The chaos run found it: the secret rotated at Lark, the operator's rotate request lost in a
  * runtime restart, the retry refused with both secrets; after the operator's retry the badge
@@ -134,13 +131,13 @@ export async function rotateInstallation(
        returning *),
      refused_now_due as (
        update channel_typing_reaction t
-          set next_attempt_at = app_now(), updated_at = app_now()
+          set next_attempt_at = app_now(), credentials_refused = false, updated_at = app_now()
          from rotated
         where ($2::text is not null or $3::text is not null)
           and t.installation_id = rotated.id and t.app_id = rotated.app_id
           and t.cleaned_at is null and t.abandoned_at is null
           and t.next_attempt_at > app_now()
-          and t.last_error ~ $7)
+          and t.credentials_refused)
      select * from rotated`,
     [
       id,
@@ -149,7 +146,6 @@ export async function rotateInstallation(
       r.verificationToken ? await seal(keys, r.verificationToken, boundTo(id, 'verification_token')) : null,
       r.encryptKey !== undefined,
       r.encryptKey ? await seal(keys, r.encryptKey, boundTo(id, 'encrypt_key')) : null,
-      CREDENTIALS_REFUSED_ERROR,
     ],
   );
   return rows[0];

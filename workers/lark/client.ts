@@ -290,11 +290,15 @@ export class LarkClient {
     if (res.code === -1) {
       // Not Lark JSON: a gateway error page, or the plain-text `404 page not found`.
       const kind = res.status >= 500 || res.status === 429 ? 'retryable' : 'permanent';
+      const plainNotFound = res.status === 404 && res.msg.trim() === PLAIN_NOT_FOUND;
       throw new LarkApiError(
         kind,
         0,
         res.status,
         `${res.what} answered HTTP ${res.status} without Lark JSON`,
+        undefined,
+        false,
+        plainNotFound ? 'plain_not_found' : 'other',
       );
     }
     if (res.code !== 0 || res.status >= 400) {
@@ -314,6 +318,9 @@ export class LarkClient {
     return parsed.data;
   }
 }
+
+/** Lark's answer to an unknown path (reference §2): plain text, not its JSON envelope. */
+const PLAIN_NOT_FOUND = '404 page not found';
 
 interface RawAnswer {
   status: number;

@@ -40,6 +40,12 @@ export class LarkApiError extends Error {
      * (lark/rate-limits.ts), or the budget was gone before it could be sent.
      */
     readonly notSent = false,
+    /**
+     * What answered: Lark's JSON envelope (`json`, the default), the plain-text
+     * `404 page not found` Lark gives for an unknown path (`plain_not_found`), or anything else
+     * that is not Lark JSON (`other`: a gateway's page, an HTML error, an empty body).
+     */
+    readonly answer: 'json' | 'plain_not_found' | 'other' = 'json',
   ) {
     super(message);
     this.name = 'LarkApiError';
@@ -66,23 +72,28 @@ export function retryAfter(headers: Headers): number | undefined {
  * that is proven refused can be forgotten at once (the typing ledger frees its quota slot),
  * anything else must be treated as possibly applied. Per shared/reference/lark-open-api.md:
  * - not sent at all (`notSent`);
- * - 99991400 / HTTP 429 "request trigger frequency limit" (§2 "Generic codes": frequency
- *   control refuses the request; some older APIs send it with HTTP 400);
+ * - 99991400 "request trigger frequency limit" (§2 "Generic codes": frequency control
+ *   refuses the request; some older APIs send it with HTTP 400), in Lark's JSON;
  * - a token refusal (99991661/99991663): it reaches a caller only after the client's one
  *   refresh (§1 "drop the token, fetch a new one and retry once"), and an unauthenticated
  *   call is refused before the API runs;
- * - any other refusal with HTTP 4xx: every reaction error is HTTP 400 (§2 "Error codes"), an
- *   unknown path is a plain-text `404 page not found`;
+ * - any other refusal with HTTP 4xx IN LARK'S JSON (a non-zero code): every reaction error is
+ *   HTTP 400 (§2 "Error codes"); and the plain-text `404 page not found` of an unknown path;
  * - a Lark error code with HTTP 2xx (§1: a bad app_id answers HTTP 200 with code 10003).
  * Never proof: no answer (network failure, timeout, lost response: HTTP status 0), a 5xx (the
  * failure may come after the write), 231015 "repeated request processing" (an identical
- * request is still being processed and may yet apply), and a 2xx with code 0 whose body we
- * could not read (a success we could not parse).
+ * request is still being processed and may yet apply), a 2xx with code 0 whose body we
+ * could not read (a success we could not parse), and a 4xx that is not Lark's own answer (a
+ * gateway's 408/499, an HTML 4xx, a 429 without Lark JSON): a proxy may answer after it
+ * forwarded the request, so Lark may have applied it (issue 28 hole 4).
  */
 export function provesNothingApplied(err: LarkApiError): boolean {
   if (err.notSent) return true;
   if (err.code === IN_FLIGHT_ELSEWHERE_CODE) return false;
-  if (err.code === RATE_LIMITED_CODE || err.httpStatus === 429) return true;
+  if (err.answer === 'plain_not_found') return err.httpStatus === 404;
+  // From here on only Lark's own JSON refusals: a code, in Lark's envelope.
+  if (err.answer !== 'json' || err.code === 0) return false;
+  if (err.code === RATE_LIMITED_CODE) return true;
   if (err.httpStatus >= 400 && err.httpStatus < 500) return true;
-  return err.code !== 0 && err.httpStatus >= 200 && err.httpStatus < 300;
+  return err.httpStatus >= 200 && err.httpStatus < 300;
 }

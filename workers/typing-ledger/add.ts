@@ -1,7 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
 import { withTx } from '../db/tx';
-import { LarkApiError, provesNothingApplied } from '../lark/errors';
+import { CREDENTIAL_CODES, LarkApiError, provesNothingApplied } from '../lark/errors';
 import { log } from '../log';
 import { ledgerClient } from './client';
 import type { Registration } from './register';
@@ -63,8 +63,9 @@ export async function addTypingBadge(
     opts.fetch,
   );
   // Every write of this path is bounded: a locked row or a slow database fails it fast.
+  const recordBudgetMs = opts.recordBudgetMs ?? RECORD_BUDGET_MS;
   const write = <T>(fn: (tx: PoolClient) => Promise<T>) =>
-    withTx(pool, { budgetMs: opts.recordBudgetMs ?? RECORD_BUDGET_MS, maxAttempts: 1 }, fn);
+    withTx(pool, { budgetMs: recordBudgetMs, maxAttempts: 1 }, fn);
   let reactionId: string;
   try {
     const r = await client.createReaction(reg.messageId, TYPING_EMOJI, {
@@ -76,9 +77,7 @@ export async function addTypingBadge(
     const refused = e !== undefined && provesNothingApplied(e);
     const state = refused ? 'not_added' : 'uncertain';
     const why = refused ? (e.notSent ? 'not_sent' : 'refused') : 'uncertain';
-    await write((tx) => recordAddFailed(tx, reg.id, state, `${why}:${e?.code || e?.httpStatus || 0}`)).catch(
-      (dbErr: unknown) => log.warn('typing_add_record_failed', { rowId: reg.id, stage: state, error: dbErr }),
-    );
+    await recordFailure(pool, reg.id, state, `${why}:${e?.code || e?.httpStatus || 0}`, recordBudgetMs);
     if (!e) throw err;
     log.warn('typing_add_failed', {
       rowId: reg.id,
@@ -109,7 +108,7 @@ export async function addTypingBadge(
       );
     else
       await write((tx) =>
-        scheduleWithdrawal(tx, reg.id, reactionId, waitOf(gone), withdrawError(gone)),
+        scheduleWithdrawal(tx, reg.id, reactionId, waitOf(gone), withdrawError(gone), refusedOf(gone)),
       ).catch((dbErr: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: dbErr }));
     return 'record_failed';
   }
@@ -126,11 +125,48 @@ export async function addTypingBadge(
   // A terminal row has no snapshot and no retries left; a live one is due for the retry
   // pass now, settled or not, not before Lark's reset.
   if (gone.kind !== 'gone' && rec && !rec.terminal)
-    await write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone))).catch((err: unknown) =>
-      log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }),
+    await write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone), refusedOf(gone))).catch(
+      (err: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }),
     );
   return 'withdrawn_after_add';
 }
+
+/**
+ * Records a failed Add, retried (at most three attempts) within twice the record budget
+ * (issue 28 hole 6). Nothing else
+ * ever learns what this Add's answer was: a refused Add left `pending` keeps its quota slot
+ * and is swept `unconfirmed` until the seven-day expiry (an empty sweep never acknowledges a
+ * pending Add), so under a database brownout refused Adds would fill the 1,000-slot quota.
+ * Each failed attempt is logged once (`typing_add_record_failed` with its attempt); after the
+ * last, the row is left to its settlement, taskless expiry and seven-day deadline.
+ */
+async function recordFailure(
+  pool: Pool,
+  rowId: string,
+  state: 'uncertain' | 'not_added',
+  why: string,
+  budgetMs: number,
+): Promise<void> {
+  const total = new Deadline(budgetMs * RECORD_FAILURE_BUDGETS);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await withTx(pool, { budgetMs: Math.min(budgetMs, total.remaining()), maxAttempts: 1 }, (tx) =>
+        recordAddFailed(tx, rowId, state, why),
+      );
+      return;
+    } catch (dbErr) {
+      log.warn('typing_add_record_failed', { rowId, stage: state, attempt, error: dbErr });
+      if (attempt >= RECORD_FAILURE_ATTEMPTS || total.remaining() < MIN_RECORD_ATTEMPT_MS) return;
+    }
+  }
+}
+
+/** The failed-Add record gets this many record budgets in all (its retries included). */
+const RECORD_FAILURE_BUDGETS = 2;
+/** At most this many attempts (a database that refuses at once must not be hammered). */
+const RECORD_FAILURE_ATTEMPTS = 3;
+/** A retry needs at least this much of the budget left to be worth sending. */
+const MIN_RECORD_ATTEMPT_MS = 50;
 
 type NowOutcome = RemoteOutcome | { kind: 'error'; code: 0; error: string };
 
@@ -164,6 +200,10 @@ async function withdrawNow(
 /** Not before Lark's reset; 0 leaves the first-retry delay (scheduleRetry's minimum). */
 const waitOf = (o: NowOutcome) =>
   o.kind === 'retryable' && o.retryAfterSeconds ? o.retryAfterSeconds * 1000 : 0;
+
+/** Lark refused the credentials themselves (the rotation's classification, migration 0120). */
+const refusedOf = (o: NowOutcome) =>
+  'code' in o && o.kind !== 'error' ? CREDENTIAL_CODES.has(o.code) : undefined;
 
 const withdrawError = (o: NowOutcome) =>
   o.kind === 'error' ? `withdraw:error:${o.error}` : `withdraw:${o.kind}:${'code' in o ? o.code : 0}`;

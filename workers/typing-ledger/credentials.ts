@@ -67,7 +67,7 @@ export function credentialsRefused(r: { kind: string; code?: number }): boolean 
  * abandons it. A stale snapshot is not re-sealed after a successful fallback
  * (docs/typing-ledger.md "Credentials after rotation").
  */
-export async function withRowCredentials<T extends RemoteOutcome | { kind: 'adopt'; reactionId: string }>(
+export async function withRowCredentials<T extends RemoteOutcome | { kind: 'adopted' }>(
   q: Q,
   keys: KeyRing,
   row: CredentialSource,

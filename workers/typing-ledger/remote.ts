@@ -95,8 +95,18 @@ export async function sweepOurTyping(
 ): Promise<RemoteOutcome> {
   const found = await findOurTyping(client, messageId, appId, deadline);
   if (found.kind !== 'found') return found;
+  return deleteFound(client, messageId, found.reactionIds, deadline);
+}
+
+/** Deletes each reaction a sweep found, precisely; the first failure is the outcome. */
+export async function deleteFound(
+  client: LarkClient,
+  messageId: string,
+  reactionIds: string[],
+  deadline: Deadline,
+): Promise<RemoteOutcome> {
   let deleted = 0;
-  for (const id of found.reactionIds) {
+  for (const id of reactionIds) {
     const r = await deleteExact(client, messageId, id, deadline);
     if (r.kind !== 'gone') return r;
     deleted += r.deleted;

@@ -82,18 +82,32 @@ export async function recordAddFailed(q: Q, id: string, state: 'uncertain' | 'no
  */
 export const WITHDRAW_FAILED_INCIDENT = (updated: string, error: string) =>
   `insert into typing_incidents (workspace_id, kind)
-   select workspace_id, 'withdraw_failed' from ${updated} where ${error} like 'withdraw:%'`;
+   select workspace_id, 'withdraw_failed' from ${updated}
+   where ${error} like 'withdraw:%' and ${error} not like 'withdraw:unconfirmed:%'`;
 
-/** A failed withdrawal is left for the maintenance retry pass (it backs off from here). */
-export async function scheduleRetry(q: Q, id: string, delayMs: number, error: string) {
+/**
+ * A failed withdrawal is left for the maintenance retry pass (it backs off from here). Only
+ * ever pushes next_attempt_at later (`greatest`): a re-run of the turn-settled effect must not
+ * pull a row the retry pass backed off to an hour back to 30 s. An empty sweep of an
+ * unfinished Add (`withdraw:unconfirmed:…`) is the spec's waiting state, not an incident.
+ */
+export async function scheduleRetry(
+  q: Q,
+  id: string,
+  delayMs: number,
+  error: string,
+  credentialsRefused?: boolean,
+) {
   await q.query(
     `with u as (
        update channel_typing_reaction
-       set next_attempt_at = app_now() + $2 * interval '1 millisecond', last_error = $3, updated_at = app_now()
+       set next_attempt_at = greatest(next_attempt_at, app_now() + $2 * interval '1 millisecond'),
+           last_error = $3, credentials_refused = credentials_refused or coalesce($4::boolean, false),
+           updated_at = app_now()
        where id = $1 and cleaned_at is null and abandoned_at is null
        returning workspace_id)
      ${WITHDRAW_FAILED_INCIDENT('u', '$3::text')}`,
-    [id, Math.max(FIRST_RETRY_MS, delayMs), error],
+    [id, Math.max(FIRST_RETRY_MS, delayMs), error, credentialsRefused ?? null],
   );
 }
 
@@ -108,30 +122,65 @@ export async function scheduleWithdrawal(
   reactionId: string,
   delayMs: number,
   error: string,
+  credentialsRefused?: boolean,
 ) {
   await q.query(
     `with u as (
        update channel_typing_reaction
-       set reaction_id = $2,
+       set reaction_id = $2, credentials_refused = credentials_refused or coalesce($5::boolean, false),
            add_state = case when add_state in ('pending', 'uncertain') then 'added' else add_state end,
            add_finished_at = coalesce(add_finished_at, app_now()),
-           next_attempt_at = app_now() + $3 * interval '1 millisecond', last_error = $4, updated_at = app_now()
+           next_attempt_at = greatest(next_attempt_at, app_now() + $3 * interval '1 millisecond'),
+           last_error = $4, updated_at = app_now()
        where id = $1 and cleaned_at is null and abandoned_at is null
        returning workspace_id)
      ${WITHDRAW_FAILED_INCIDENT('u', '$4::text')}`,
-    [id, reactionId, Math.max(FIRST_RETRY_MS, delayMs), error],
+    [id, reactionId, Math.max(FIRST_RETRY_MS, delayMs), error, credentialsRefused ?? null],
   );
 }
 
-/** Adopts a reaction id a sweep found for an unsettled row (the badge stays while the turn runs). */
-export async function adoptReaction(q: Q, id: string, reactionId: string) {
-  await q.query(
+/**
+ * Adopts a reaction id a sweep found for an unsettled row (the badge stays while the turn
+ * runs): no next attempt, its turn's settlement makes it due again. A row that settled
+ * after it was claimed (the retry pass picked `resolve` from the row as claimed) is NOT
+ * adopted: its schedule is kept (the after-commit withdrawal may have been held by a 429 or
+ * failed, and nothing else would ever claim it again), the id is recorded for a precise
+ * delete, and the caller deletes the badge now. The settled check is the update's own
+ * re-evaluated row, so a settlement committing in between is seen.
+ */
+export async function adoptReaction(
+  q: Q,
+  id: string,
+  reactionId: string,
+): Promise<'adopted' | 'settled' | 'none'> {
+  const { rows } = await q.query<{ settled: boolean }>(
     `update channel_typing_reaction
      set reaction_id = $2, add_state = 'added', add_finished_at = coalesce(add_finished_at, app_now()),
-         next_attempt_at = null, updated_at = app_now()
-     where id = $1 and reaction_id is null and cleaned_at is null and abandoned_at is null`,
+         next_attempt_at = case when settled_at is null then null else next_attempt_at end,
+         updated_at = app_now()
+     where id = $1 and reaction_id is null and cleaned_at is null and abandoned_at is null
+     returning settled_at is not null as settled`,
     [id, reactionId],
   );
+  const r = rows[0];
+  return r === undefined ? 'none' : r.settled ? 'settled' : 'adopted';
+}
+
+/**
+ * The seven-day deadline passed before this withdrawal (expiry lags: maintenance stopped, a
+ * backlog): the spec's failed terminal, written exactly as the expiry pass writes it
+ * (passes/expire.ts EXPIRE_LIFETIME): abandoned_at, snapshot erased, slot released,
+ * cleaned_at left null. Fenced on the deadline itself, so only a row really past it ends here.
+ */
+export async function abandonExpired(q: Q, id: string): Promise<boolean> {
+  const { rowCount } = await q.query(
+    `update channel_typing_reaction
+     set abandoned_at = app_now(), credential_snapshot = null, quota_slot = null,
+         next_attempt_at = null, retention_outcome = 'expired', updated_at = app_now()
+     where id = $1 and expires_at <= app_now() and cleaned_at is null and abandoned_at is null`,
+    [id],
+  );
+  return (rowCount ?? 0) > 0;
 }
 
 export async function loadTargets(

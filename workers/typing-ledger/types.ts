@@ -1,4 +1,5 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { ACTOR_COMMIT_BUDGET_MS } from '../effects/types';
 
 /** Anything that runs one statement: a pool, or a client inside a transaction. */
 export type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
@@ -13,9 +14,11 @@ export const ADD_BUDGET_MS = 2000;
 export const REVALIDATE_BUDGET_MS = 1000;
 export const WITHDRAW_BUDGET_MS = 2000;
 /** Budget of each write the Add path makes (statement and lock timeout): a stuck row or a
- *  slow database fails the write fast, and the badge is then withdrawn with the credentials
- *  in hand instead of being left unrecorded. */
-export const RECORD_BUDGET_MS = 1000;
+ *  slow database fails the write, and the badge is then withdrawn with the credentials in hand
+ *  instead of being left unrecorded. It covers the longest the input's own flush can hold the
+ *  row (markInputsTasked inside the actor's fenced commit, ACTOR_COMMIT_BUDGET_MS) plus a
+ *  second: a live badge is never withdrawn because of our own commit (issue 28 hole 8). */
+export const RECORD_BUDGET_MS = ACTOR_COMMIT_BUDGET_MS + 1000;
 /** An Add still unfinished this long after registration may be resolved by a sweep. */
 export const UNCERTAIN_SWEEP_AFTER_MS = 60_000;
 /** Seven-day maximum lifetime from registration. */
@@ -51,6 +54,8 @@ export interface TypingRow {
   attempts: number;
   next_attempt_at: Date | null;
   last_error: string | null;
+  /** The last answered withdrawal was refused for the app's credentials (10014/10015; migration 0120). */
+  credentials_refused: boolean;
   /** The retry pass's last claim (migration 0082). */
   last_attempt_at: Date | null;
   /** The last operator-requested removal and its result (manual-removal.ts, migration 0082). */

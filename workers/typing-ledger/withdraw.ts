@@ -1,10 +1,11 @@
 import type { Pool } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
 import type { KeyRing } from '../crypto/sealed';
+import { CREDENTIAL_CODES } from '../lark/errors';
 import { log } from '../log';
 import { withRowCredentials } from './credentials';
-import { deleteExact, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
-import { adoptReaction, loadTargets, recordCleaned, scheduleRetry } from './store';
+import { deleteExact, deleteFound, findOurTyping, type RemoteOutcome, sweepOurTyping } from './remote';
+import { abandonExpired, adoptReaction, loadTargets, recordCleaned, scheduleRetry } from './store';
 import { type Q, WITHDRAW_BUDGET_MS, type WithdrawTarget } from './types';
 
 /**
@@ -15,9 +16,11 @@ import { type Q, WITHDRAW_BUDGET_MS, type WithdrawTarget } from './types';
  *   uncertain) and the retention deadline has not passed: nothing acknowledged, retry later.
  * - retryable: try later, not before `retryAfterSeconds` (x-ogw-ratelimit-reset) when given.
  * - permanent: this request cannot succeed (revoked app, snapshot gone or unopenable).
+ * - expired: the row's seven-day deadline had passed: no remote call, the row is abandoned
+ *   (the spec's failed terminal), exactly as the expiry pass would have written it.
  */
 export type WithdrawResult =
-  | { outcome: 'cleaned' | 'already_gone' | 'adopted' | 'unconfirmed' }
+  | { outcome: 'cleaned' | 'already_gone' | 'adopted' | 'unconfirmed' | 'expired' }
   | { outcome: 'retryable'; code: number; retryAfterSeconds?: number }
   | { outcome: 'permanent'; code: number };
 
@@ -38,13 +41,21 @@ export interface WithdrawOptions {
  * across the remote calls; writes back only confirmed outcomes (cleanup or adoption). Retry
  * bookkeeping stays with the caller (the maintenance retry pass advances it at claim time).
  */
-export async function withdrawRow(q: Q, keys: KeyRing, row: WithdrawTarget, opts: WithdrawOptions) {
-  const result = await remoteWithdraw(q, keys, row, opts);
-  if (result.kind === 'adopt') {
-    await adoptReaction(q, row.id, result.reactionId);
-    return { outcome: 'adopted' } satisfies WithdrawResult;
+export async function withdrawRow(
+  q: Q,
+  keys: KeyRing,
+  row: WithdrawTarget,
+  opts: WithdrawOptions,
+): Promise<WithdrawResult> {
+  // Spec: no remote retry after the seven-day deadline, and an empty sweep never acknowledges
+  // an unfinished Add: past the deadline the outcome is `abandoned`, never `cleaned`.
+  if (row.past_retention) {
+    await abandonExpired(q, row.id);
+    return { outcome: 'expired' };
   }
-  if (result.kind === 'gone' || (result.kind === 'not_found' && row.past_retention)) {
+  const result = await remoteWithdraw(q, keys, row, opts);
+  if (result.kind === 'adopted') return { outcome: 'adopted' } satisfies WithdrawResult;
+  if (result.kind === 'gone') {
     await recordCleaned(q, row.id);
     return {
       outcome: result.kind === 'gone' && result.deleted > 0 ? 'cleaned' : 'already_gone',
@@ -66,7 +77,7 @@ async function remoteWithdraw(
   keys: KeyRing,
   row: WithdrawTarget,
   opts: WithdrawOptions,
-): Promise<RemoteOutcome | { kind: 'adopt'; reactionId: string }> {
+): Promise<RemoteOutcome | { kind: 'adopted' }> {
   // The snapshot first; the installation's current credentials (same App ID) when Lark
   // refuses the snapshot's secret after a rotation (credentials.ts).
   return withRowCredentials(q, keys, row, opts.fetch, async (client) => {
@@ -74,7 +85,14 @@ async function remoteWithdraw(
     const mode = opts.mode ?? (row.settled_at ? 'withdraw' : 'resolve');
     if (mode === 'withdraw') return sweepOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
     const found = await findOurTyping(client, row.source_message_id, row.app_id, opts.deadline);
-    return found.kind === 'found' ? { kind: 'adopt' as const, reactionId: found.reactionIds[0]! } : found;
+    if (found.kind !== 'found') return found;
+    // The mode was chosen from the row as claimed; the turn may have settled since (issue 28
+    // hole 1). Only a row still unsettled is adopted; a settled one is withdrawn now.
+    const adopted = await adoptReaction(q, row.id, found.reactionIds[0]!);
+    if (adopted === 'adopted') return { kind: 'adopted' as const };
+    // 'none': an Add recorded its own id meanwhile (or the row ended): nothing confirmed.
+    if (adopted === 'none') return found;
+    return deleteFound(client, row.source_message_id, found.reactionIds, opts.deadline);
   });
 }
 
@@ -130,7 +148,7 @@ export async function withdrawAfterCommit(
         log.warn('typing_withdraw_failed', { rowId: row.id, outcome: r.outcome, code });
         const wait = 'retryAfterSeconds' in r && r.retryAfterSeconds ? r.retryAfterSeconds * 1000 : 0;
         if (wait > 0) out[row.id] = 'rate_limited';
-        await retryLater(pool, row.id, wait, `withdraw:${r.outcome}:${code}`);
+        await retryLater(pool, row.id, wait, `withdraw:${r.outcome}:${code}`, CREDENTIAL_CODES.has(code));
       }
     }
   };
@@ -142,8 +160,14 @@ export async function withdrawAfterCommit(
  * Pushes the row's next attempt back and records why. Its failure only means the retry pass
  * may try the row sooner (settlement already made it due), so it is logged, not thrown.
  */
-async function retryLater(pool: Pool, rowId: string, waitMs: number, why: string): Promise<void> {
-  await scheduleRetry(pool, rowId, waitMs, why).catch((err: unknown) =>
+async function retryLater(
+  pool: Pool,
+  rowId: string,
+  waitMs: number,
+  why: string,
+  credentialsRefused?: boolean,
+): Promise<void> {
+  await scheduleRetry(pool, rowId, waitMs, why, credentialsRefused).catch((err: unknown) =>
     log.warn('typing_retry_schedule_failed', { rowId, error: err }),
   );
 }
@@ -153,17 +177,28 @@ export function errorName(err: unknown): string {
   return err instanceof Error ? err.name : typeof err;
 }
 
-/** The settled rows of one turn still owing a withdrawal (for an after-commit effect that only knows the cutoff). */
+/**
+ * The rows THIS turn settled that still owe a withdrawal (for the after-commit effect, which
+ * knows the turn, not the ids). Bounded to the turn's own inputs by `settled_by = turn:<n>`
+ * (what `settleTurnInputs` wrote for exactly these rows): an earlier turn's row that stays
+ * open (an uncertain Add that never landed) belongs to the retry pass and its backoff, and a
+ * later turn never lists it again (issue 28 hole 2).
+ */
 export async function settledRowIds(
   q: Q,
-  cut: { sessionId: string; contextRevision: number | bigint; cutoffPosition: number | bigint },
+  cut: {
+    sessionId: string;
+    contextRevision: number | bigint;
+    cutoffPosition: number | bigint;
+    turnNo: number;
+  },
 ): Promise<string[]> {
   const { rows } = await q.query<{ id: string }>(
     `select id from channel_typing_reaction
-     where session_id = $1 and context_revision = $2 and input_position <= $3
+     where session_id = $1 and context_revision = $2 and input_position <= $3 and settled_by = $4
        and settled_at is not null and cleaned_at is null and abandoned_at is null
      order by input_position limit 1000`,
-    [cut.sessionId, String(cut.contextRevision), String(cut.cutoffPosition)],
+    [cut.sessionId, String(cut.contextRevision), String(cut.cutoffPosition), `turn:${cut.turnNo}`],
   );
   return rows.map((r) => r.id);
 }

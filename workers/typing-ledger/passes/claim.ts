@@ -56,6 +56,12 @@ export interface RetryNote {
   error: string;
   /** Not before now + this (Lark's 429 reset); 0 keeps the claim's backoff. */
   notBeforeMs: number;
+  /**
+   * Lark refused the app's credentials (10014/10015) on this attempt. Only ever sets the row's
+   * classification (migration 0120); a deferral, a held route or another failure leaves it, and
+   * only the rotation that makes the row due clears it.
+   */
+  credentialsRefused?: boolean;
 }
 
 /**
@@ -71,8 +77,10 @@ export async function noteFailures(q: Q, notes: RetryNote[]): Promise<void> {
      u as (
        update channel_typing_reaction r
        set last_error = x.error, updated_at = (select t from now),
-           next_attempt_at = greatest(r.next_attempt_at, (select t from now) + x.wait * interval '1 millisecond')
-       from unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) as x(id, attempts, error, wait)
+           next_attempt_at = greatest(r.next_attempt_at, (select t from now) + x.wait * interval '1 millisecond'),
+           credentials_refused = r.credentials_refused or coalesce(x.refused, false)
+       from unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::boolean[])
+            as x(id, attempts, error, wait, refused)
        where r.id = x.id and r.attempts = x.attempts and r.cleaned_at is null and r.abandoned_at is null
        returning r.workspace_id, x.error)
      insert into typing_incidents (workspace_id, kind)
@@ -82,6 +90,7 @@ export async function noteFailures(q: Q, notes: RetryNote[]): Promise<void> {
       notes.map((n) => n.attempts),
       notes.map((n) => n.error),
       notes.map((n) => n.notBeforeMs),
+      notes.map((n) => n.credentialsRefused ?? null),
     ],
   );
 }

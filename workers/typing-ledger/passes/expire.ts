@@ -3,7 +3,14 @@ import type { Clock } from '../../clock';
 import { systemClock } from '../../clock';
 import { withTx } from '../../db/tx';
 import { log } from '../../log';
-import { EXPIRE_BUDGET_MS, EXPIRE_LIMIT, type PassScope, scopeParam, TASKLESS_EXPIRY_MS } from './limits';
+import {
+  EXPIRE_BUDGET_MS,
+  EXPIRE_LIMIT,
+  EXPIRE_TASKLESS_SHARE,
+  type PassScope,
+  scopeParam,
+  TASKLESS_EXPIRY_MS,
+} from './limits';
 
 /**
  * Seven-day maximum lifetime, every indicator (running tasks, uncertain Adds, permanent
@@ -69,7 +76,11 @@ export interface ExpireReport {
 /**
  * The expiration pass: its own two-second database budget (statement_timeout inside withTx),
  * at most 1,000 rows across both kinds, SKIP LOCKED. Lifetime expiry goes first: it erases
- * credentials, the one thing that must not wait.
+ * credentials, the one thing that must not wait. The taskless expiry has its own share of
+ * the limit (EXPIRE_TASKLESS_SHARE, issue 28 hole 7): a crash-lost timer must not wait for a
+ * week-old lifetime backlog to drain. What the taskless expiry leaves of its share goes back
+ * to the lifetime backlog in a second lifetime statement, so an idle taskless side costs
+ * the backlog nothing.
  */
 export async function runExpiration(
   pool: Pool,
@@ -83,13 +94,20 @@ export async function runExpiration(
     pool,
     { budgetMs: opts.budgetMs ?? EXPIRE_BUDGET_MS, maxAttempts: 1, clock },
     async (tx) => {
-      const a = await tx.query<{ workspace_id: string }>(EXPIRE_LIFETIME, [limit, scope]);
+      const share = Math.min(EXPIRE_TASKLESS_SHARE, limit);
+      const a = await tx.query<{ workspace_id: string }>(EXPIRE_LIFETIME, [limit - share, scope]);
       const left = limit - a.rows.length;
       const b =
         left > 0
           ? await tx.query<{ workspace_id: string }>(EXPIRE_TASKLESS, [left, scope, TASKLESS_EXPIRY_MS])
           : { rows: [] };
-      return { lifetime: a.rows, taskless: b.rows };
+      // The lifetime statement filled its part: give it what the taskless side did not use.
+      const rest = limit - a.rows.length - b.rows.length;
+      const c =
+        a.rows.length === limit - share && rest > 0
+          ? await tx.query<{ workspace_id: string }>(EXPIRE_LIFETIME, [rest, scope])
+          : { rows: [] };
+      return { lifetime: [...a.rows, ...c.rows], taskless: b.rows };
     },
   );
   warnPerWorkspace('typing_indicators_expired', lifetime);

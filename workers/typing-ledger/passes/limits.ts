@@ -5,6 +5,11 @@
 /** Expiration and pruning: each its own database budget and row cap per pass. */
 export const EXPIRE_BUDGET_MS = 2000;
 export const EXPIRE_LIMIT = 1000;
+/**
+ * The part of EXPIRE_LIMIT kept for the two-minute taskless expiry, so crash-lost timers are
+ * never starved by a lifetime backlog; unused, it goes back to the backlog in the same pass.
+ */
+export const EXPIRE_TASKLESS_SHARE = 200;
 export const PRUNE_BUDGET_MS = 2000;
 export const PRUNE_LIMIT = 1000;
 /** A taskless indicator expires this long after registration. */

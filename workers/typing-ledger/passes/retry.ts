@@ -1,6 +1,7 @@
 import type { Pool } from '@neondatabase/serverless';
 import { type Clock, Deadline, systemClock } from '../../clock';
 import type { KeyRing } from '../../crypto/sealed';
+import { CREDENTIAL_CODES } from '../../lark/errors';
 import { log } from '../../log';
 import { errorName, type WithdrawResult, withdrawRow } from '../withdraw';
 import { type ClaimedRow, claimDue, noteFailures, type RetryNote } from './claim';
@@ -30,6 +31,8 @@ export interface RetryReport {
   cleaned: number;
   adopted: number;
   unconfirmed: number;
+  /** Rows whose seven-day deadline passed between claim and call: abandoned, nothing sent. */
+  expired: number;
   retryable: number;
   permanent: number;
   /** Rows whose withdrawal failed with something other than a Lark answer (logged as errors). */
@@ -56,6 +59,7 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
     cleaned: 0,
     adopted: 0,
     unconfirmed: 0,
+    expired: 0,
     retryable: 0,
     permanent: 0,
     errors: 0,
@@ -99,6 +103,7 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
     if (r.outcome === 'cleaned' || r.outcome === 'already_gone') report.cleaned++;
     else if (r.outcome === 'adopted') report.adopted++;
     else if (r.outcome === 'unconfirmed') report.unconfirmed++;
+    else if (r.outcome === 'expired') report.expired++;
     else if (r.outcome === 'retryable' || r.outcome === 'permanent') {
       report[r.outcome]++;
       const wait = r.outcome === 'retryable' && r.retryAfterSeconds ? r.retryAfterSeconds * 1000 : 0;
@@ -108,6 +113,7 @@ export async function runRemoteRetry(pool: Pool, opts: RetryOptions): Promise<Re
         attempts: row.attempts,
         error: `retry:${r.outcome}:${r.code}`,
         notBeforeMs: wait,
+        credentialsRefused: CREDENTIAL_CODES.has(r.code),
       });
       // Spec: failed remote withdrawals warn, without credentials (ids and codes only).
       log.warn('typing_withdraw_failed', {
