@@ -23,9 +23,6 @@ const vitest = spawnSync(
   `${root}node_modules/.bin/vitest`,
   [
     'run',
-    // Vite's bundling config loader warns about extensionless imports a native one would refuse.
-    '--configLoader',
-    'runner',
     '--project',
     'workers',
     'test/fuzz',
