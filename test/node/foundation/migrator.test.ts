@@ -101,7 +101,10 @@ describe('migration runner', () => {
       `-- squawk-ignore-file prefer-bigint-over-int -- a counter, not an id\n${sql}-- squawk-ignore ban-drop-table -- why\n`,
     );
     expect(await migrate(url, { dir })).toEqual([]);
-    await writeFile(join(dir, '0001_t.sql'), `-- squawk-ignore-file prefer-bigint-over-int\n${sql}select 1;\n`);
+    await writeFile(
+      join(dir, '0001_t.sql'),
+      `-- squawk-ignore-file prefer-bigint-over-int\n${sql}select 1;\n`,
+    );
     await expect(migrate(url, { dir })).rejects.toThrow(/edited after it was applied/);
     // Only whole lines that are squawk directives: the same words inside a statement are SQL.
     await writeFile(join(dir, '0001_t.sql'), `${sql}select '-- squawk-ignore-file x';\n`);
