@@ -21,4 +21,9 @@ export class AlertGate extends DurableObject {
     await this.ctx.storage.put(STATE_KEY, this.state);
     return admitted;
   }
+
+  /** The windows and the rate counter as stored (for an operator or a test; nothing secret). */
+  async peek(): Promise<GateState> {
+    return (await this.ctx.storage.get<GateState>(STATE_KEY)) ?? emptyGate();
+  }
 }
