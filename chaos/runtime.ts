@@ -84,8 +84,17 @@ export interface Runtime {
 
 export async function startRuntime(opts: RuntimeOptions): Promise<Runtime> {
   const wrangler = await import('wrangler');
-  const main = wrangler.unstable_getMiniflareWorkerOptions(MAIN_CONFIG).workerOptions;
-  const retention = wrangler.unstable_getMiniflareWorkerOptions(RETENTION_CONFIG).workerOptions;
+  // Without their `tail_consumers` (the alerts Tail Worker, not part of the chaos run): Miniflare
+  // refuses to start a Worker whose tail names a Worker it does not run.
+  const options = (config: string) => {
+    const { tails: _tails, ...rest } = wrangler.unstable_getMiniflareWorkerOptions(config)
+      .workerOptions as ReturnType<typeof wrangler.unstable_getMiniflareWorkerOptions>['workerOptions'] & {
+      tails?: unknown;
+    };
+    return rest;
+  };
+  const main = options(MAIN_CONFIG);
+  const retention = options(RETENTION_CONFIG);
   const mf = new Miniflare({
     host: '127.0.0.1',
     port: opts.port ?? 0,
