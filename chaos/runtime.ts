@@ -86,11 +86,22 @@ export interface Runtime {
 export async function startRuntime(opts: RuntimeOptions): Promise<Runtime> {
   const wrangler = await import('wrangler');
   // Each Worker is one bundled module: the configs' module rules have nothing to apply to (and
-  // Miniflare 5's converter refuses them).
-  const { modulesRules: _mainRules, ...main } =
-    wrangler.unstable_getMiniflareWorkerOptions(MAIN_CONFIG).workerOptions;
-  const { modulesRules: _retentionRules, ...retention } =
-    wrangler.unstable_getMiniflareWorkerOptions(RETENTION_CONFIG).workerOptions;
+  // Miniflare 5's converter refuses them). Without their `tail_consumers` too (the alerts Tail
+  // Worker, not part of the chaos run): Miniflare refuses a tail naming a Worker it does not run.
+  const options = (config: string) => {
+    const {
+      modulesRules: _rules,
+      tails: _tails,
+      ...rest
+    } = wrangler.unstable_getMiniflareWorkerOptions(config).workerOptions as ReturnType<
+      typeof wrangler.unstable_getMiniflareWorkerOptions
+    >['workerOptions'] & {
+      tails?: unknown;
+    };
+    return rest;
+  };
+  const main = options(MAIN_CONFIG);
+  const retention = options(RETENTION_CONFIG);
   const mainBindings = main.bindings as Record<string, unknown>;
   const retentionBindings = retention.bindings as Record<string, unknown>;
   // Miniflare 5 takes its own option shape; wrangler still hands out v4 worker options, which

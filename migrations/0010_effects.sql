@@ -1,3 +1,6 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
+-- squawk-ignore-file prefer-bigint-over-int -- versions, attempts and attempt limits (bounded by checks), not ids
+-- squawk-ignore-file prefer-identity -- its ids are bigserial (64-bit), applied before the migration linter: an identity column would change nothing here
 -- Durable actors, their mailbox, effects, the processes that run them and recovery bindings.
 -- See docs/effects.md. Times are bigint epoch milliseconds from app_now_ms().
 

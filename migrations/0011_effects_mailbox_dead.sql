@@ -1,3 +1,5 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
+-- squawk-ignore-file prefer-bigint-over-int -- an attempts counter, not an id
 -- Poison messages (docs/effects.md): a message whose handler keeps throwing no longer blocks
 -- its instance's mailbox forever. Each failed delivery counts an attempt; after the last one
 -- the message is 'dead' (terminal, never redelivered, pruned like delivered ones).

@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- A recovery binding must outlive its effect (effect-recovery.md: "polling revisits stopped
 -- owners until each effect's own grace expires"). A binding's lifetime, expires_at_ms -
 -- created_at_ms, is counted from the later of its emit and its effect's end: while the effect

@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Mobile reaction API (issue 7): chat directory, current reactions, operation tickets,
 -- receipts, retirement fences and the legacy write-contract state, all in `private`.
 --

@@ -1,3 +1,5 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
+-- squawk-ignore-file prefer-bigint-over-int -- a credential version counter, not an id
 -- Lark installations: one self-built app in one workspace. Secrets are sealed with
 -- workers/crypto/sealed.ts, bound to `lark_installation:<id>:<field>`, so a ciphertext
 -- copied onto another row or field does not open.

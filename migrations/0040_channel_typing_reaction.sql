@@ -1,3 +1,4 @@
+-- squawk-ignore-file prefer-bigint-over-int -- a quota slot (1..1000) and an attempts counter, not ids
 -- The typing-reaction ledger (docs/typing-ledger.md, spec lark-typing-reaction-cleanup).
 -- One row per incoming user message that may carry this app's `Typing` badge, written in
 -- the webhook's transaction BEFORE the Add is sent. No foreign keys and no cascades: a row

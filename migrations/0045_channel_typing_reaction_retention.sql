@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Retention outcome of a ledger row (docs/typing-maintenance.md). Nullable, no default: adding
 -- it is a catalog-only change, no table rewrite. The quota slot column already exists (0040).
 --   cleaned           badge confirmed gone (cleaned_at)

@@ -1,4 +1,5 @@
 -- migrate:no-transaction
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Terminal records (success and failure tombstones) by their terminal timestamp: the pruning
 -- pass deletes them seven days later (SKIP LOCKED, 1,000/pass).
 create index concurrently if not exists channel_typing_reaction_terminal

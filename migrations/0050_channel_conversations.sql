@@ -1,3 +1,5 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
+-- squawk-ignore-file prefer-bigint-over-int -- turn numbers, input counts and generations per conversation, not ids
 -- The channel engine (docs/channel.md). One row per conversation (installation, chat,
 -- thread); its id is the conversation actor's instance id (the "session"). The webhook's
 -- transaction bumps last_position to number the input it records, so positions are

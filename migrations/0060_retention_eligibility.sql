@@ -1,4 +1,5 @@
 -- migrate:no-transaction
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Retention cleanup (issue 8, docs/retention.md): stable cursor keys for eligibility scans.
 --
 -- 0020 already stamps created_at and ticket_expires_at from app_now() on both tables, so no

@@ -1,4 +1,5 @@
 -- migrate:no-transaction
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Housekeeping (docs/retention-rules.md, workers/housekeeping/): each minute step is one
 -- bounded index range scan in age order, so its cost is the batch, not the table.
 -- Terminal turns by settlement time (channel_turns rule).

@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Lark's rate-limit resets (x-ogw-ratelimit-reset on a 429), one row per (API host, App ID,
 -- route), so every isolate honours a reset another one received (workers/lark/rate-limits.ts).
 -- Lark limits each API per app: reactions create, delete and list are separate routes.

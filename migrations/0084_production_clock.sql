@@ -1,3 +1,5 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
+-- squawk-ignore-file ban-drop-table -- app_test_clock is the test harness's clock (test/setup/test-clock.sql): no production client reads it
 -- Production databases have no test clock (issue 16). 0001 made app_now() honour a session
 -- setting (app.clock_offset_ms) and, with app.test_clock on, the app_test_clock table; 0020 let
 -- app.test_clock reopen the closed legacy write contract. Any session could set either. From

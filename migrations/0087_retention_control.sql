@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Retention cleanup control in the database (issue 15, docs/retention.md "Stop and enable").
 --
 -- The RetentionCleanup Durable Object holds the enabled flag, the stop generation and the

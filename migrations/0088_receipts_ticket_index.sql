@@ -1,4 +1,5 @@
 -- migrate:no-transaction
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Issue 15: deleting a ticket (ticket housekeeping, workers/housekeeping/tickets.ts) sets its
 -- receipt's ticket_id to null through the foreign key of 0020 (`on delete set null`). The
 -- referencing side had no index, so every deleted ticket ran the foreign-key update as a

@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- The ticketed reaction write and retirement in one round trip (issue 18 item 3).
 --
 -- workers/reaction-tickets/operations.ts used to run the contract as 9 round trips (begin, the

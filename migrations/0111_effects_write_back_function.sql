@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Effect write-backs (completion and failure of a claimed batch) in one round trip (issue 18
 -- item 4). workers/effects/scheduler.ts ran each as begin, the instance locks, the effect
 -- write-back, one mailbox insert per notified instance, commit: 4+ round trips per batch of

@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- Effects rows are updated twice after their insert (claim, then completion or failure), and
 -- neither update can be HOT (`status` is in every partial index's predicate). With full pages
 -- (fillfactor 100) each new version goes to another page: heap_update then WAL-logs a lock of

@@ -1,3 +1,4 @@
+-- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
 -- The ticketed write with fewer executor runs per call (issue 18 item 3).
 --
 -- Profile of 0110's function at 32 concurrent actors (perf with call graphs on the bench

@@ -9,6 +9,11 @@
 --                        clears it for them (installations/store.ts).
 -- A constant default on a new column is a catalog-only change (no table rewrite). The backfill
 -- touches only live rows whose last note still carries the code.
+-- Bounded: the add-column waits at most 5 s for its ACCESS EXCLUSIVE lock (live traffic keeps
+-- running; the runner retries a failed file), and the backfill of live rows is short.
+set local lock_timeout = '5s';
+set local statement_timeout = '60s';
+
 alter table channel_typing_reaction
   add column if not exists credentials_refused boolean not null default false;
 

@@ -1,8 +1,8 @@
 /**
  * `npm run build:check`: builds the real deploy bundle of each Worker (wrangler.toml, the main
- * one, and retention.wrangler.toml, the retention cleanup) offline with `wrangler deploy
- * --dry-run` (no login, nothing uploaded), prints its size and gzip size, and fails when a build
- * fails or a bundle is over the Workers size limit.
+ * one; retention.wrangler.toml, the retention cleanup; alerts.wrangler.toml, their Tail Worker)
+ * offline with `wrangler deploy --dry-run` (no login, nothing uploaded), prints its size and
+ * gzip size, and fails when a build fails or a bundle is over the Workers size limit.
  *
  * The limit: since 2026-09-04 Cloudflare checks one uncompressed limit of 64 MiB on every plan;
  * the former compressed limits (3 MiB Free, 10 MiB Paid, after gzip) were removed.

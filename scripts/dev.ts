@@ -4,13 +4,16 @@
 //   for both Workers (the main one, and the retention cleanup Worker it reaches through its
 //   RETENTION service binding), the Lark emulator (LARK_API_BASE, unless LARK_API_BASE is set), a
 //   demo Lark installation and a demo mobile conversation, and a ticker that drives both
-//   Workers' crons on their real schedule.
+//   Workers' crons on their real schedule. The alerts Tail Worker (alerts.wrangler.toml) runs
+//   too: its notifications go to ALERT_WEBHOOK_URL when set, else to a local receiver that
+//   prints each one as an `[alert]` line.
 //   Ports: the service on PORT (8787), the emulator on PORT+1, everything else on free ports.
 //   The demos find the stack through .local/dev-stack.json. Ctrl-C stops everything.
 // Node's URL, not the Workers runtime's global type (tsconfig loads both).
 import { fileURLToPath, URL } from 'node:url';
 import pg from 'pg';
 import { startLarkEmulator } from '../emulator/server';
+import { startAlertReceiver } from './lib/alert-receiver';
 import { startBridge } from './lib/bridge';
 import { setupLarkDemo } from './lib/demo-setup';
 import { claimDevStack, devSecrets, LOCAL_DIR } from './lib/dev-stack';
@@ -114,6 +117,27 @@ try {
       }
     });
   };
+  // The alerts Tail Worker (alerts.wrangler.toml) first: both Workers name it in tail_consumers.
+  let alertsTo = process.env.ALERT_WEBHOOK_URL;
+  if (!alertsTo) {
+    const receiver = await startAlertReceiver((line) => console.log(`[alert] ${line}`));
+    cleanups.push(() => receiver.close());
+    alertsTo = receiver.url;
+  }
+  startWorker('alerts', {
+    root,
+    config: 'alerts.wrangler.toml',
+    port: await freePort(),
+    envFile: `${LOCAL_DIR}alerts.dev.vars`,
+    registryPath,
+    persistTo: stateDir ? `${stateDir}/alerts-state` : `${root}.wrangler/alerts-state`,
+    inspectorPort: await freePort(),
+    vars: {
+      ALERT_WEBHOOK_URL: alertsTo,
+      ...(process.env.ALERT_WEBHOOK_FORMAT ? { ALERT_WEBHOOK_FORMAT: process.env.ALERT_WEBHOOK_FORMAT } : {}),
+    },
+  });
+
   // The retention cleanup Worker (retention.wrangler.toml): only the database secrets.
   const retentionPort = await freePort();
   startWorker('retention', {
@@ -189,6 +213,11 @@ try {
   say(`            Authorization: Bearer ${mobile.token}`);
   say('            → npx tsx examples/mobile-client/demo.ts');
   say(`  retention cleanup Worker on ${retentionBase} (no routes; the service reaches it through RETENTION)`);
+  say(
+    process.env.ALERT_WEBHOOK_URL
+      ? '  alerts    alert-class events of both Workers → ALERT_WEBHOOK_URL (deduped, rate-limited)'
+      : `  alerts    alert-class events of both Workers → printed here as [alert] lines (local receiver ${alertsTo}; set ALERT_WEBHOOK_URL to send them elsewhere)`,
+  );
   say(
     '  crons     driven locally: the service every minute, the retention Worker hourly; Ctrl-C stops everything',
   );

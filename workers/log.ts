@@ -40,7 +40,8 @@ export function registerSecret(value: string | null | undefined): void {
   secrets.set(value, JSON.stringify(value).slice(1, -1));
 }
 
-function scrub(line: string): string {
+/** Every registered secret value replaced in `line` (the alerts Tail Worker reuses it). */
+export function scrub(line: string): string {
   let out = line;
   for (const [raw, escaped] of secrets) {
     if (out.includes(escaped)) out = out.replaceAll(escaped, '[redacted]');
@@ -68,7 +69,8 @@ function describeError(e: Error): Fields {
   };
 }
 
-function redact(value: unknown, depth = 0): unknown {
+/** Fields whose name could carry a secret replaced, errors described, depth bounded (reused by workers/alerts). */
+export function redact(value: unknown, depth = 0): unknown {
   if (value === null || typeof value !== 'object') return value;
   if (value instanceof Error) return describeError(value);
   // Deeper than this is a library's internals (a driver's client, a socket): never printed.

@@ -10,8 +10,8 @@
  */
 import { unstable_readConfig } from 'wrangler';
 
-/** Every Worker this repository deploys (the alerts Tail Worker is added with its config). */
-export const WORKER_CONFIGS = ['wrangler.toml', 'retention.wrangler.toml'] as const;
+/** Every Worker this repository deploys: the main one, the retention cleanup, the alerts Tail Worker. */
+export const WORKER_CONFIGS = ['wrangler.toml', 'retention.wrangler.toml', 'alerts.wrangler.toml'] as const;
 
 type Config = ReturnType<typeof unstable_readConfig>;
 
@@ -26,8 +26,8 @@ export function deployProblems(config: Config): string[] {
   const o = config.observability;
   if (!o?.enabled) problems.push('observability.enabled must be true');
   if (!o?.logs?.enabled) problems.push('observability.logs.enabled must be true');
-  if (o?.logs?.invocation_logs === false)
-    problems.push('observability.logs.invocation_logs must not be false');
+  if (o?.logs?.invocation_logs === undefined)
+    problems.push('observability.logs.invocation_logs must be chosen (with its reason)');
   if (o?.logs?.head_sampling_rate === undefined)
     problems.push('observability.logs.head_sampling_rate must be chosen (with its reason)');
   if (!o?.traces?.enabled) problems.push('observability.traces.enabled must be true');

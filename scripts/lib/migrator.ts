@@ -17,9 +17,19 @@ import pg from 'pg';
  *   dropped and rebuilt, and a valid one is left as it is (same OID). This holds for every
  *   concurrent build of every such file (`concurrentIndexOf`); one the runner cannot read
  *   refuses its whole file before any of it runs.
+ * - The checksum leaves out whole lines that are squawk directives (`-- squawk-ignore…`): the
+ *   migration linter's per-file exemptions (scripts/lint-migrations.ts) are comments added to
+ *   files production has already applied, and change nothing that runs. A file without such
+ *   lines has the checksum it always had.
  */
 export const MIGRATION_LOCK_KEY = 727_001;
-const NO_TX = /^--\s*migrate:no-transaction/;
+export const NO_TX = /^--\s*migrate:no-transaction/;
+const LINT_DIRECTIVE = /^--[ \t]*squawk-ignore(?:-file)?\b.*(?:\r?\n|$)/gm;
+
+/** sha256 of a migration's text without its squawk directive lines (see above). */
+export function migrationChecksum(sql: string): string {
+  return createHash('sha256').update(sql.replace(LINT_DIRECTIVE, '')).digest('hex');
+}
 const CONCURRENT_INDEX =
   /create\s+(?:unique\s+)?index\s+concurrently\s+(if\s+not\s+exists\s+)?("?[\w$]+"?)\s+on\s+(?:only\s+)?("?[\w$]+"?(?:\."?[\w$]+"?)?)/i;
 
@@ -48,7 +58,7 @@ export async function readMigrations(dir: string): Promise<MigrationFile[]> {
       version: Number(name.slice(0, 4)),
       name,
       sql,
-      checksum: createHash('sha256').update(sql).digest('hex'),
+      checksum: migrationChecksum(sql),
       noTransaction: NO_TX.test(sql),
     });
   }

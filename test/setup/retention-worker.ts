@@ -51,8 +51,12 @@ export async function retentionAuxiliaryWorker(secrets: Record<string, string>) 
   const { modulesRules: _rules, ...workerOptions } =
     wrangler.unstable_getMiniflareWorkerOptions(RETENTION_CONFIG).workerOptions;
   const script = await buildBundle();
+  // Its `tail_consumers` (the alerts Tail Worker) are not part of these projects: Miniflare
+  // refuses to start a Worker whose tail names a Worker it does not run. The alerts path is
+  // tested through the real Workers in test/node/alerts/delivery.test.ts.
+  const { tails: _tails, ...options } = workerOptions as typeof workerOptions & { tails?: unknown };
   return {
-    ...workerOptions,
+    ...options,
     name: RETENTION_WORKER_NAME,
     modules: true,
     // The bundle lives in a temporary directory: module paths are resolved from there.

@@ -67,7 +67,13 @@ describe('[env.staging] is production with its own resources', () => {
       // Rate-limit counters are per namespace: staging traffic never spends production's.
       for (const r of staging.ratelimits)
         expect(top.ratelimits.map((t: RateLimit) => t.namespace_id)).not.toContain(r.namespace_id);
-      // Service bindings point at the staging Worker of the same name.
+      // Tail consumers and service bindings point at the staging Worker of the same name.
+      expect(staging.tail_consumers ?? []).toEqual(
+        (top.tail_consumers ?? []).map((t: { service: string }) => ({
+          ...t,
+          service: `${t.service}-staging`,
+        })),
+      );
       expect(staging.services).toEqual(
         (top.services ?? []).map((s: { binding: string; service: string }) => ({
           ...s,

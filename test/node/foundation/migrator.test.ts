@@ -89,6 +89,28 @@ describe('migration runner', () => {
     await expect(migrate(url, { dir })).rejects.toThrow(/edited after it was applied/);
   });
 
+  it('accepts a linter exemption added to an applied migration, and still refuses an edit of its SQL', async () => {
+    // The migration linter's per-file exemptions (scripts/lint-migrations.ts) are comments
+    // added to migrations that production has already applied: they change nothing that runs.
+    const url = await scratchDatabase();
+    const sql = 'create table t (id int);\n';
+    const dir = await fixture({ '0001_t.sql': sql });
+    await migrate(url, { dir });
+    await writeFile(
+      join(dir, '0001_t.sql'),
+      `-- squawk-ignore-file prefer-bigint-over-int -- a counter, not an id\n${sql}-- squawk-ignore ban-drop-table -- why\n`,
+    );
+    expect(await migrate(url, { dir })).toEqual([]);
+    await writeFile(
+      join(dir, '0001_t.sql'),
+      `-- squawk-ignore-file prefer-bigint-over-int\n${sql}select 1;\n`,
+    );
+    await expect(migrate(url, { dir })).rejects.toThrow(/edited after it was applied/);
+    // Only whole lines that are squawk directives: the same words inside a statement are SQL.
+    await writeFile(join(dir, '0001_t.sql'), `${sql}select '-- squawk-ignore-file x';\n`);
+    await expect(migrate(url, { dir })).rejects.toThrow(/edited after it was applied/);
+  });
+
   it('rolls back a failed transactional file and records nothing', async () => {
     const url = await scratchDatabase();
     const dir = await fixture({ '0001_bad.sql': 'create table t (id int);\nselect no_such_function();' });
