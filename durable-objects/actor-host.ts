@@ -92,12 +92,27 @@ export class ActorHost extends DurableObject<Env> {
   private knownInstanceId: string | null = null;
   private readonly alarmClock = new Alarm(this.ctx.storage, this.env);
 
-  /** RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump. */
-  async wake(instanceId: string): Promise<PumpReport> {
+  /**
+   * RPC: the instance may have work; pump it soon, from this host's own alarm (now). Returns
+   * once that is scheduled, never after the pump: the minute cron and recovery passes wake
+   * hosts this way, so a host whose executor is slow holds up nobody but itself. The alarm
+   * pumps (or, while a pump runs, heartbeats and asks it for one more round).
+   */
+  async schedule(instanceId: string): Promise<void> {
+    await this.rememberInstance(instanceId);
+    await this.alarmClock.setNoLaterThan(Date.now());
+  }
+
+  private async rememberInstance(instanceId: string): Promise<void> {
     if (this.knownInstanceId !== instanceId) {
       await this.ctx.storage.put('instanceId', instanceId);
       this.knownInstanceId = instanceId;
     }
+  }
+
+  /** RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump. */
+  async wake(instanceId: string): Promise<PumpReport> {
+    await this.rememberInstance(instanceId);
     if (this.pumping) {
       this.again = true;
       return this.pumping;

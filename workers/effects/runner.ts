@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
+import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { commitActor } from './commit';
 import { EffectStage } from './emit';
@@ -20,6 +21,13 @@ export interface DrainStepResult {
 }
 
 const MAX_FENCE_RETRIES = 3;
+/** An executor's run budget when it names none (`EffectExecutor.timeoutMs`). */
+export const DEFAULT_EXECUTOR_TIMEOUT_MS = 30_000;
+
+/** An executor run that outlived its timeout (whether or not it honoured its signal). */
+export class EffectRunTimedOut extends Error {
+  override readonly name = 'EffectRunTimedOut';
+}
 
 /**
  * Delivers one event (the oldest available message, else a due timer) to the instance's
@@ -184,11 +192,24 @@ export async function runClaimedEffects(
         return;
       }
       try {
-        const signal = AbortSignal.timeout(exec.timeoutMs ?? 30_000);
-        const result = await exec.run(
-          { id: e.id, kind: e.kind, args: e.args, attempts: e.attempts, instanceId: e.origin_instance_id },
-          signal,
-          { pool },
+        const timeoutMs = exec.timeoutMs ?? DEFAULT_EXECUTOR_TIMEOUT_MS;
+        const signal = AbortSignal.timeout(timeoutMs);
+        // Bounded whether or not the executor honours its signal: past its timeout the effect
+        // fails as timed out (its ordinary retry), the pump moves on, and whatever the run
+        // resolves to later is dropped here: it is never written (the claim is gone).
+        const run = Promise.resolve().then(() =>
+          exec.run(
+            { id: e.id, kind: e.kind, args: e.args, attempts: e.attempts, instanceId: e.origin_instance_id },
+            signal,
+            { pool },
+          ),
+        );
+        // Handled by design: a late failure of a run already failed as timed out changes nothing.
+        run.catch(() => undefined);
+        const result = await withTimeout(
+          run,
+          timeoutMs,
+          () => new EffectRunTimedOut(`executor for ${e.kind} timed out after ${timeoutMs} ms`),
         );
         done.push({ id: e.id, result });
       } catch (err) {
