@@ -90,6 +90,8 @@ export class ActorHost extends DurableObject<Env> {
   /** Mirror of RECOVERY_AT_KEY; undefined until read once in this incarnation. */
   private recoveryAt: number | null | undefined = undefined;
   private knownInstanceId: string | null = null;
+  /** The running wake's pool (its one held connection), for the alarm's heartbeats. */
+  private pumpPool: Pool | null = null;
   private readonly alarmClock = new Alarm(this.ctx.storage, this.env);
 
   /**
@@ -161,9 +163,14 @@ export class ActorHost extends DurableObject<Env> {
       // (alarms do not overlap, so awaiting it would stop the heartbeat cadence). Only a
       // process this incarnation's pump still holds: one it already released needs no
       // heartbeat, and an earlier incarnation's must go stale.
+      // The beat rides on the wake's own connection, never a new one: a liveness signal must
+      // not wait for a place in the isolate's budget behind the very work it reports on (with
+      // the background places all held by pumps, a beat on a new connection starved and the
+      // running claim looked stale). One statement, queued behind the executors' own, if any.
       const processId = this.ownProcessId;
-      if (processId)
-        await this.withPool((pool) => heartbeat(pool, processId)).catch((err) =>
+      const pool = this.pumpPool;
+      if (processId && pool)
+        await heartbeat(pool, processId).catch((err: unknown) =>
           log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
         );
       await this.alarmClock.set(Date.now() + heartbeatEveryMs(this.config()));
@@ -187,11 +194,17 @@ export class ActorHost extends DurableObject<Env> {
     return effectConfigFrom(loadConfig(this.env) as Config);
   }
 
+  /**
+   * The wake's one connection, held (never closed while idle) until the wake ends: the pump's
+   * statements, the executors' and the alarm's heartbeats all use it.
+   */
   private async withPool<T>(fn: (pool: Pool) => Promise<T>): Promise<T> {
-    const pool = openPool(loadConfig(this.env), 1);
+    const pool = openPool(loadConfig(this.env), { max: 1, idleTimeoutMs: 0 });
+    this.pumpPool = pool;
     try {
       return await fn(pool);
     } finally {
+      this.pumpPool = null;
       await pool.end();
     }
   }
