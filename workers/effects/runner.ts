@@ -60,6 +60,7 @@ export async function drainStep(
 
     const stage = new EffectStage(instanceId);
     const checks: EffectHandle[] = [];
+    const checking: { handle: EffectHandle; answer: Promise<void> }[] = [];
     const writes: ((tx: PoolClient) => Promise<void>)[] = [];
     // A timer event consumes the timer unless the handler sets a new one.
     let wakeAtMs: number | null | undefined = event.type === 'timer' ? null : undefined;
@@ -74,14 +75,39 @@ export async function drainStep(
         setTimer: (at) => {
           wakeAtMs = at;
         },
-        // Refused at once, in the handler, for another actor's handle: the handler may catch it.
+        // Refused in the handler, where it can catch them: at once for another actor's handle
+        // (`forbidden`), and in the answer it may await for a handle with no live binding
+        // (`gone`: never bound, or past its lifetime). Never in the commit, where a refusal
+        // rolled the whole turn back and counted it as a failed delivery.
         requestRecovery: (h) => {
-          checks.push(ownHandle(instanceId, h));
+          const handle = ownHandle(instanceId, h);
+          const answer = refuseUnlessBound(pool, instanceId, handle).then(() => {
+            checks.push(handle);
+          });
+          // Handled by design: the drain reads every answer below (a handler may not wait).
+          answer.catch(() => undefined);
+          checking.push({ handle, answer });
+          return answer;
         },
         inCommit: (w) => {
           writes.push(w);
         },
       });
+      // Every check the handler asked for is answered before its commit, awaited or not: a
+      // refused one is not staged and is logged once; any other failure fails the turn.
+      for (const c of checking) {
+        const refused = await c.answer.then(
+          () => null,
+          (err: unknown) => err,
+        );
+        if (refused === null) continue;
+        if (!(refused instanceof AppError && refused.code === 'gone')) throw refused;
+        log.warn('actor_recovery_check_refused', {
+          instanceId,
+          effectId: c.handle.effectId,
+          code: refused.code,
+        });
+      }
       const checkRequestIds = await withTx(pool, { budgetMs: 5000 }, async (tx) => {
         await commitActor(
           tx,
@@ -97,7 +123,20 @@ export async function drainStep(
         );
         for (const w of writes) await w(tx);
         const ids: string[] = [];
-        for (const h of checks) ids.push((await requestEffectRecovery(tx, instanceId, h)).requestId);
+        for (const h of checks) {
+          const staged = await requestEffectRecovery(tx, instanceId, h).catch((err: unknown) => {
+            // The binding's lifetime ended between the handler's answer and this commit: the
+            // turn is re-run like a fence conflict (not a failed delivery), and its handler then
+            // sees the refusal itself.
+            if (err instanceof AppError && err.code === 'gone')
+              throw new AppError('revision_conflict', 'a recovery binding expired before the commit', {
+                instanceId,
+                effectId: h.effectId,
+              });
+            throw err;
+          });
+          ids.push(staged.requestId);
+        }
         return ids;
       });
       return {
@@ -119,6 +158,24 @@ export async function drainStep(
       return { handled: true, event, effects: [], checkRequestIds: [], deadLettered: true };
     }
   }
+}
+
+/**
+ * Throws `gone` unless `handle` has a live binding on this instance (never bound, or past its
+ * lifetime: `effect_binding_live`, migration 0013). Read-only: the commit stages the check.
+ */
+async function refuseUnlessBound(pool: Pool, instanceId: string, handle: EffectHandle): Promise<void> {
+  const { rows } = await pool.query(
+    `select 1 from effect_recoveries r
+      where r.effect_id = $1 and r.origin_instance_id = $2 and effect_binding_live(r, (select app_now_ms()))`,
+    [handle.effectId, instanceId],
+  );
+  if (rows.length === 0)
+    throw new AppError(
+      'gone',
+      'no recovery binding for this effect on this instance (never bound, or past its retention)',
+      { effectId: handle.effectId },
+    );
 }
 
 /** Counts the failed delivery; true when the message is now dead (logged as an error). */
