@@ -284,23 +284,27 @@ export class ActorHost extends DurableObject<Env> {
   /** Claims and runs the instance's due effects as this incarnation's process, then releases it. */
   private async runEffects(pool: Pool, instanceId: string, config: EffectRuntimeConfig, report: PumpReport) {
     const processId = await this.beat(pool);
-    for (;;) {
-      // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
-      await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config));
-      const r = await runClaimedEffects(pool, effectRegistry, processId, {
-        limit: EFFECT_BATCH,
-        instanceId,
-      });
-      report.claimed += r.claimed;
-      report.completed += r.completed;
-      report.failed += r.failed;
-      if (r.claimed < EFFECT_BATCH) break;
+    try {
+      for (;;) {
+        // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
+        await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config));
+        const r = await runClaimedEffects(pool, effectRegistry, processId, {
+          limit: EFFECT_BATCH,
+          instanceId,
+        });
+        report.claimed += r.claimed;
+        report.completed += r.completed;
+        report.failed += r.failed;
+        if (r.claimed < EFFECT_BATCH) break;
+      }
+    } finally {
+      // Done with its claims (or failed mid-way): the process row goes, or, when a write-back
+      // was lost and it still owns an effect, stops with its heartbeat evidence kept (the
+      // recovery rules settle those claims). Rows then track work in flight, not every
+      // conversation this service ever hosted; the next pump registers anew.
+      await releaseProcess(pool, processId);
+      this.ownProcessId = null;
     }
-    // Done with its claims: the process row goes (or, if a write-back failed and it still
-    // owns an effect, stops with its heartbeat evidence kept). Rows then track work in
-    // flight, not every conversation this service ever hosted; the next pump registers anew.
-    await releaseProcess(pool, processId);
-    this.ownProcessId = null;
     // Completions may have sent callbacks (failed/completed) to this very mailbox.
     report.handled += await drainInstance(pool, effectRegistry, instanceId, config);
   }

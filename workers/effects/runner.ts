@@ -229,16 +229,20 @@ export async function drainInstance(
 
 /**
  * Claims up to `limit` due effects (optionally of one instance) for `processId`, runs them
- * concurrently, and writes results back in two batches (complete, fail).
+ * concurrently, and writes results back in two batches (complete, fail), independently: one
+ * that fails (a lock timeout is not retried) never costs the other its write. A lost batch is
+ * logged once, `effect_write_back_lost` with its effect ids, and counted in `lost`; those
+ * effects stay this process's claims, settled by the recovery rules (the caller releases the
+ * process: ordinary ones go back to pending, opted-in ones are retired after their grace).
  */
 export async function runClaimedEffects(
   pool: Pool,
   registry: EffectRegistry,
   processId: string,
-  opts: { limit: number; instanceId?: string },
-): Promise<{ claimed: number; completed: number; failed: number; rejected: number }> {
+  opts: { limit: number; instanceId?: string; writeBackBudgetMs?: number },
+): Promise<{ claimed: number; completed: number; failed: number; rejected: number; lost: number }> {
   const claimed = await claimEffects(pool, processId, opts);
-  if (claimed.length === 0) return { claimed: 0, completed: 0, failed: 0, rejected: 0 };
+  if (claimed.length === 0) return { claimed: 0, completed: 0, failed: 0, rejected: 0, lost: 0 };
   const done: { id: string; result: unknown }[] = [];
   const failed: { id: string; error: string }[] = [];
   await Promise.all(
@@ -277,13 +281,40 @@ export async function runClaimedEffects(
       }
     }),
   );
-  const c = await completeEffects(pool, processId, done);
-  const f = await failEffects(pool, processId, failed);
-  if (f.dead.length > 0) log.warn('effects_dead', { processId, count: f.dead.length });
+  const budgetMs = opts.writeBackBudgetMs;
+  const [c, f] = await Promise.all([
+    writeBack('complete', processId, done, () => completeEffects(pool, processId, done, budgetMs)),
+    writeBack('fail', processId, failed, () => failEffects(pool, processId, failed, budgetMs)),
+  ]);
+  const dead = f && 'dead' in f ? f.dead : [];
+  if (dead.length > 0) log.warn('effects_dead', { processId, count: dead.length });
   return {
     claimed: claimed.length,
-    completed: c.accepted.length,
-    failed: f.accepted.length,
-    rejected: c.rejected.length + f.rejected.length,
+    completed: c?.accepted.length ?? 0,
+    failed: f?.accepted.length ?? 0,
+    rejected: (c?.rejected.length ?? 0) + (f?.rejected.length ?? 0),
+    lost: (c ? 0 : done.length) + (f ? 0 : failed.length),
   };
+}
+
+/** One write-back batch; null when it failed, logged once with the ids it could not write. */
+async function writeBack<T>(
+  op: 'complete' | 'fail',
+  processId: string,
+  batch: { id: string }[],
+  write: () => Promise<T>,
+): Promise<T | null> {
+  try {
+    return await write();
+  } catch (err) {
+    const effectIds = batch.map((b) => b.id);
+    log.error('effect_write_back_lost', {
+      op,
+      processId,
+      effectIds: effectIds.slice(0, 100),
+      count: effectIds.length,
+      error: err,
+    });
+    return null;
+  }
 }
