@@ -139,6 +139,9 @@ export class ActorHost extends DurableObject<Env> {
             // this connection now rather than through an alarm and a new one.
             if (r.alarmAt !== null && r.alarmAt <= Date.now()) this.again = true;
           } while (this.again && pumps < MAX_PUMPS_PER_WAKE);
+          // A wake that came during the last allowed pump (or work that pump left due at
+          // once) goes to the alarm, now: never dropped until the minute poll finds it.
+          if (this.again) await this.alarmClock.setNoLaterThan(Date.now());
         });
         return total;
       } catch (err) {
@@ -173,7 +176,8 @@ export class ActorHost extends DurableObject<Env> {
         await heartbeat(pool, processId).catch((err: unknown) =>
           log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
         );
-      await this.alarmClock.set(Date.now() + heartbeatEveryMs(this.config()));
+      // Never later than an alarm the pump chose meanwhile (a due timer, work left for now).
+      await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(this.config()));
       this.again = true;
       return;
     }
@@ -311,7 +315,7 @@ export class ActorHost extends DurableObject<Env> {
 
   /**
    * The earliest of: the actor's timer, a delayed message, a pending effect's (retry) run
-   * time, and the moment a claim of this instance held by another (or an earlier, dead)
+   * time, now for an open explicit check, and the moment a claim of this instance held by another (or an earlier, dead)
    * process turns stale, which also records that this host's own recovery pass is due then.
    */
   private async nextAlarm(
@@ -331,7 +335,11 @@ export class ActorHost extends DurableObject<Env> {
               least((select min(available_at_ms) from actor_mailbox
                       where instance_id = $1 and state = 'pending'),
                     (select min(run_at_ms) from effects
-                      where origin_instance_id = $1 and status = 'pending')) as next,
+                      where origin_instance_id = $1 and status = 'pending'),
+                    -- An open explicit check (a callback in the post-effect drain staged it):
+                    -- due now, so this wake answers it instead of the next minute's pass.
+                    (select app_now_ms() from effect_recovery_checks
+                      where origin_instance_id = $1 and outcome is null limit 1)) as next,
               (${RECOVERY_DUE_SQL}) as due`,
       [instanceId, config.staleAfterMs],
     );
