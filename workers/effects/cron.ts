@@ -7,7 +7,7 @@ import { log } from '../log';
 import { actorHostStub } from './actor-host-stub';
 import { effectConfigFrom } from './host-config';
 import { instancesWithWork, pruneMailbox, unrunnableInstancesWithWork } from './mailbox';
-import { pruneProcesses } from './processes';
+import { pruneProcesses, registerProcess, releaseProcess } from './processes';
 import {
   pruneEffects,
   pruneExpiredBindings,
@@ -73,13 +73,31 @@ export async function runRetention(
     ['bindings', (tx) => pruneExpiredBindings(tx, batch)],
     ['processes', (tx) => pruneProcesses(tx, runtime.processPruneAfterMs, batch)],
   ];
-  for (const [table, prune] of steps) {
-    try {
-      report[table] = await withTx(pool, { budgetMs }, prune);
-    } catch (err) {
-      report.failed.push(table);
-      log.error('effect_retention_failed', { table, error: err });
+  // The pass is a registered process of this protocol version while it runs, so the emit
+  // guard of a later version sees it (commit.ts): a retention pass of an older rule (one that
+  // deleted bindings a live effect keeps) then blocks recovery-enabled emits like an older
+  // claimer does. It owns no effect, so its row is deleted after the pass.
+  const processId = await registerProcess(pool, 'effect-retention').catch((err: unknown) => {
+    // Handled by design: the pass itself is correct without it; only the guard of a later
+    // version would miss this pass. Logged once; the steps still run.
+    log.error('effect_retention_failed', { table: 'effect_processes', step: 'register', error: err });
+    return null;
+  });
+  try {
+    for (const [table, prune] of steps) {
+      try {
+        report[table] = await withTx(pool, { budgetMs }, prune);
+      } catch (err) {
+        report.failed.push(table);
+        log.error('effect_retention_failed', { table, error: err });
+      }
     }
+  } finally {
+    if (processId)
+      await releaseProcess(pool, processId).catch((err: unknown) =>
+        // Handled by design: a row left behind is silent, owns nothing, and is pruned in a day.
+        log.error('effect_retention_failed', { table: 'effect_processes', step: 'release', error: err }),
+      );
   }
   return report;
 }
