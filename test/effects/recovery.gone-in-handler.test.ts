@@ -23,7 +23,7 @@ effectRegistry.registerActor<S>({
   type: 'gone-checker',
   initialState: () => ({ refused: [], turns: 0 }),
   async handle(event, s, ctx) {
-    const state = { refused: [], turns: 0, ...s };
+    const state = s;
     if (event.type !== 'message') return state;
     const { handle, awaitIt } = event.payload as { handle: EffectHandle; awaitIt: boolean };
     ctx.emit('noop', { turn: state.turns + 1 });

@@ -178,6 +178,9 @@ async function refuseUnlessBound(pool: Pool, instanceId: string, handle: EffectH
     );
 }
 
+/** `effect:<id>:recovery`, the runtime's retirement callback (types.ts `recoveryKey`). */
+const RECOVERY_CALLBACK_KEY = /^effect:([0-9a-f-]{36}):recovery$/;
+
 /** Counts the failed delivery; true when the message is now dead (logged as an error). */
 async function deliveryFailed(
   pool: Pool,
@@ -209,7 +212,13 @@ async function deliveryFailed(
     attempts: counted.attempts,
     error,
   };
-  if (counted.dead) log.error('actor_message_dead', { ...fields, maxAttempts });
+  // A dead recovery callback means the actor never learns its effect was retired (no reply,
+  // no replacement): its own alert event, one line per incident instead of actor_message_dead.
+  // Still an ordinary dead letter otherwise (requeue or discard from the console).
+  const recoveryOf = RECOVERY_CALLBACK_KEY.exec(msg.message_key)?.[1];
+  if (counted.dead && recoveryOf)
+    log.error('actor_recovery_callback_dead', { ...fields, effectId: recoveryOf, maxAttempts });
+  else if (counted.dead) log.error('actor_message_dead', { ...fields, maxAttempts });
   else log.warn('actor_message_failed', { ...fields, maxAttempts });
   return counted.dead;
 }
