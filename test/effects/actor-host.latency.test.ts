@@ -24,7 +24,7 @@ effectRegistry
     type: 'latency-test',
     initialState: () => ({ effect: null, answers: [] }),
     async handle(event, s, ctx) {
-      const state = s;
+      const state: S = { effect: null, answers: [], ...(s as Partial<S>) };
       if (event.type !== 'message') return state;
       if (event.key === 'go') {
         const effect = ctx.emit('latency.ok', {}, { status: { operation: 'probe' }, notifyOnComplete: true });

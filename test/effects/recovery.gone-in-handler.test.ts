@@ -23,7 +23,7 @@ effectRegistry.registerActor<S>({
   type: 'gone-checker',
   initialState: () => ({ refused: [], turns: 0 }),
   async handle(event, s, ctx) {
-    const state = s;
+    const state: S = { refused: [], turns: 0, ...(s as Partial<S>) };
     if (event.type !== 'message') return state;
     const { handle, awaitIt } = event.payload as { handle: EffectHandle; awaitIt: boolean };
     ctx.emit('noop', { turn: state.turns + 1 });
