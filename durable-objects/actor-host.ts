@@ -90,14 +90,31 @@ export class ActorHost extends DurableObject<Env> {
   /** Mirror of RECOVERY_AT_KEY; undefined until read once in this incarnation. */
   private recoveryAt: number | null | undefined = undefined;
   private knownInstanceId: string | null = null;
+  /** The running wake's pool (its one held connection), for the alarm's heartbeats. */
+  private pumpPool: Pool | null = null;
   private readonly alarmClock = new Alarm(this.ctx.storage, this.env);
 
-  /** RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump. */
-  async wake(instanceId: string): Promise<PumpReport> {
+  /**
+   * RPC: the instance may have work; pump it soon, from this host's own alarm (now). Returns
+   * once that is scheduled, never after the pump: the minute cron and recovery passes wake
+   * hosts this way, so a host whose executor is slow holds up nobody but itself. The alarm
+   * pumps (or, while a pump runs, heartbeats and asks it for one more round).
+   */
+  async schedule(instanceId: string): Promise<void> {
+    await this.rememberInstance(instanceId);
+    await this.alarmClock.setNoLaterThan(Date.now());
+  }
+
+  private async rememberInstance(instanceId: string): Promise<void> {
     if (this.knownInstanceId !== instanceId) {
       await this.ctx.storage.put('instanceId', instanceId);
       this.knownInstanceId = instanceId;
     }
+  }
+
+  /** RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump. */
+  async wake(instanceId: string): Promise<PumpReport> {
+    await this.rememberInstance(instanceId);
     if (this.pumping) {
       this.again = true;
       return this.pumping;
@@ -122,6 +139,9 @@ export class ActorHost extends DurableObject<Env> {
             // this connection now rather than through an alarm and a new one.
             if (r.alarmAt !== null && r.alarmAt <= Date.now()) this.again = true;
           } while (this.again && pumps < MAX_PUMPS_PER_WAKE);
+          // A wake that came during the last allowed pump (or work that pump left due at
+          // once) goes to the alarm, now: never dropped until the minute poll finds it.
+          if (this.again) await this.alarmClock.setNoLaterThan(Date.now());
         });
         return total;
       } catch (err) {
@@ -146,12 +166,18 @@ export class ActorHost extends DurableObject<Env> {
       // (alarms do not overlap, so awaiting it would stop the heartbeat cadence). Only a
       // process this incarnation's pump still holds: one it already released needs no
       // heartbeat, and an earlier incarnation's must go stale.
+      // The beat rides on the wake's own connection, never a new one: a liveness signal must
+      // not wait for a place in the isolate's budget behind the very work it reports on (with
+      // the background places all held by pumps, a beat on a new connection starved and the
+      // running claim looked stale). One statement, queued behind the executors' own, if any.
       const processId = this.ownProcessId;
-      if (processId)
-        await this.withPool((pool) => heartbeat(pool, processId)).catch((err) =>
+      const pool = this.pumpPool;
+      if (processId && pool)
+        await heartbeat(pool, processId).catch((err: unknown) =>
           log.error('actor_host_heartbeat_failed', { instanceId, error: err }),
         );
-      await this.alarmClock.set(Date.now() + heartbeatEveryMs(this.config()));
+      // Never later than an alarm the pump chose meanwhile (a due timer, work left for now).
+      await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(this.config()));
       this.again = true;
       return;
     }
@@ -172,11 +198,17 @@ export class ActorHost extends DurableObject<Env> {
     return effectConfigFrom(loadConfig(this.env) as Config);
   }
 
+  /**
+   * The wake's one connection, held (never closed while idle) until the wake ends: the pump's
+   * statements, the executors' and the alarm's heartbeats all use it.
+   */
   private async withPool<T>(fn: (pool: Pool) => Promise<T>): Promise<T> {
-    const pool = openPool(loadConfig(this.env), 1);
+    const pool = openPool(loadConfig(this.env), { max: 1, idleTimeoutMs: 0 });
+    this.pumpPool = pool;
     try {
       return await fn(pool);
     } finally {
+      this.pumpPool = null;
       await pool.end();
     }
   }
@@ -256,30 +288,34 @@ export class ActorHost extends DurableObject<Env> {
   /** Claims and runs the instance's due effects as this incarnation's process, then releases it. */
   private async runEffects(pool: Pool, instanceId: string, config: EffectRuntimeConfig, report: PumpReport) {
     const processId = await this.beat(pool);
-    for (;;) {
-      // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
-      await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config));
-      const r = await runClaimedEffects(pool, effectRegistry, processId, {
-        limit: EFFECT_BATCH,
-        instanceId,
-      });
-      report.claimed += r.claimed;
-      report.completed += r.completed;
-      report.failed += r.failed;
-      if (r.claimed < EFFECT_BATCH) break;
+    try {
+      for (;;) {
+        // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
+        await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config));
+        const r = await runClaimedEffects(pool, effectRegistry, processId, {
+          limit: EFFECT_BATCH,
+          instanceId,
+        });
+        report.claimed += r.claimed;
+        report.completed += r.completed;
+        report.failed += r.failed;
+        if (r.claimed < EFFECT_BATCH) break;
+      }
+    } finally {
+      // Done with its claims (or failed mid-way): the process row goes, or, when a write-back
+      // was lost and it still owns an effect, stops with its heartbeat evidence kept (the
+      // recovery rules settle those claims). Rows then track work in flight, not every
+      // conversation this service ever hosted; the next pump registers anew.
+      await releaseProcess(pool, processId);
+      this.ownProcessId = null;
     }
-    // Done with its claims: the process row goes (or, if a write-back failed and it still
-    // owns an effect, stops with its heartbeat evidence kept). Rows then track work in
-    // flight, not every conversation this service ever hosted; the next pump registers anew.
-    await releaseProcess(pool, processId);
-    this.ownProcessId = null;
     // Completions may have sent callbacks (failed/completed) to this very mailbox.
     report.handled += await drainInstance(pool, effectRegistry, instanceId, config);
   }
 
   /**
    * The earliest of: the actor's timer, a delayed message, a pending effect's (retry) run
-   * time, and the moment a claim of this instance held by another (or an earlier, dead)
+   * time, now for an open explicit check, and the moment a claim of this instance held by another (or an earlier, dead)
    * process turns stale, which also records that this host's own recovery pass is due then.
    */
   private async nextAlarm(
@@ -299,7 +335,11 @@ export class ActorHost extends DurableObject<Env> {
               least((select min(available_at_ms) from actor_mailbox
                       where instance_id = $1 and state = 'pending'),
                     (select min(run_at_ms) from effects
-                      where origin_instance_id = $1 and status = 'pending')) as next,
+                      where origin_instance_id = $1 and status = 'pending'),
+                    -- An open explicit check (a callback in the post-effect drain staged it):
+                    -- due now, so this wake answers it instead of the next minute's pass.
+                    (select app_now_ms() from effect_recovery_checks
+                      where origin_instance_id = $1 and outcome is null limit 1)) as next,
               (${RECOVERY_DUE_SQL}) as due`,
       [instanceId, config.staleAfterMs],
     );

@@ -1,3 +1,4 @@
+import { runDurableObjectAlarm } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import { httpAgent, setAgentOverride } from '../../workers/agents';
 import { registerProcess } from '../../workers/effects/processes';
@@ -13,6 +14,7 @@ import {
   type Chat,
   engineSuite,
   fireDebounce,
+  host,
   newChat,
   PAST_DEBOUNCE_MS,
   pump,
@@ -66,7 +68,14 @@ async function doomedWorkerRuns(chat: Chat, opts: { deliver: boolean }) {
   return { claimed: claimed!, dead };
 }
 
-const minuteCron = () => runCron('* * * * *');
+/**
+ * The minute cron, then the chat's host alarm it scheduled: the cron's wake-up only schedules
+ * the host's pump (ActorHost.schedule), and test alarms run when a test runs them.
+ */
+const minuteCron = async (chat: Chat) => {
+  await runCron('* * * * *');
+  await runDurableObjectAlarm(host(chat));
+};
 
 describe('conversation turns under faults', { timeout: 40_000 }, () => {
   it('the agent timing out fails each generation; after the last the turn settles failed, with no reply', async () => {
@@ -109,7 +118,7 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
     expect((posted[0] as unknown as { reply_uuid: string }).reply_uuid).toBe(running.deliveryKey);
     expect(running.deliveryKey).toBe(claimed.id);
 
-    await minuteCron(); // retires the effect, puts effect:<id>:recovery in the mailbox, wakes the host
+    await minuteCron(chat); // retires the effect, puts effect:<id>:recovery in the mailbox, wakes the host
     const turn = await untilSettled(pool, chat, 1);
     expect(turn).toMatchObject({ outcome: 'delivered', generation: 2, delivery_key: claimed.id });
     expect(turn.reply_message_id).toBe(posted[0]!.message_id);
@@ -141,7 +150,7 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
     await advanceDbClock(pool, 2 * 3_600_000);
     await emu('clock', { advanceMs: 2 * 3_600_000 });
     try {
-      await minuteCron();
+      await minuteCron(chat);
       expect(await untilSettled(pool, chat, 1)).toMatchObject({ outcome: 'failed', generation: 2 });
       expect(await repliesTo(anchor)).toHaveLength(1);
     } finally {
@@ -158,7 +167,7 @@ describe('conversation turns under faults', { timeout: 40_000 }, () => {
     await flushOnly(chat);
     await doomedWorkerRuns(chat, { deliver: false });
     expect(await repliesTo(anchor)).toEqual([]);
-    await minuteCron();
+    await minuteCron(chat);
     expect(await untilSettled(pool, chat, 1)).toMatchObject({ outcome: 'delivered', generation: 2 });
     expect((await repliesTo(anchor)).map(textOf)).toEqual(['echo: are you there?']);
   });

@@ -103,6 +103,8 @@ describe('ActorHost', () => {
     ]);
     await ageHeartbeat(pool, dead, 31_000);
     await runCron();
+    // The cron only scheduled the host's pump (its alarm, now); the alarm delivers.
+    expect(await runDurableObjectAlarm(actorHostStub(env, inst))).toBe(true);
     expect((await stateOf(inst)).recovered).toBe(1);
     const { rows } = await pool.query<{ state: string }>(
       'select state from actor_mailbox where instance_id = $1 and message_key = $2',
@@ -168,6 +170,7 @@ describe('ActorHost', () => {
     const inst = await ensureInstance(pool, 'debounce-test', uid('c'));
     await enqueueMessage(pool, inst, 'in:lost', 'nobody woke the host');
     await runCron();
+    expect(await runDurableObjectAlarm(actorHostStub(env, inst))).toBe(true);
     expect((await stateOf(inst)).inputs).toEqual(['in:lost']);
   });
 

@@ -21,6 +21,9 @@ export const COUNT_CAP = 10_000;
  * pruned a day later. Counting every unstopped row as live, `npm run dev` reported 51 live
  * processes (one per conversation that had taken a turn) when none had beaten for 35 s. Stale
  * ones are reported apart; recovery decides per effect whether a stale owner matters.
+ *
+ * Dead recovery callbacks (`effect:<id>:recovery` dead-lettered: the actor never learned of a
+ * retirement) are counted apart from other dead letters; the dead index keeps it small.
  */
 export const BACKLOG_QUERY = `
 with now as (select app_now_ms() as ms)
@@ -28,6 +31,8 @@ select
   (select count(*) from (select 1 from effects where status = 'pending' limit $1) s)::int as effects_pending,
   (select count(*) from (select 1 from effects where status = 'processing' limit $1) s)::int as effects_processing,
   (select count(*) from (select 1 from actor_mailbox where state = 'pending' limit $1) s)::int as mailbox_pending,
+  (select count(*) from (select 1 from actor_mailbox where state = 'dead'
+     and message_key like 'effect:%:recovery' limit $1) s)::int as dead_recovery_callbacks,
   (select count(*) from (select 1 from effect_processes, now where stopped_at_ms is null
      and heartbeat_at_ms >= now.ms - $2::bigint limit $1) s)::int as live_processes,
   (select count(*) from (select 1 from effect_processes, now where stopped_at_ms is null

@@ -56,12 +56,15 @@ union all
 select 'retired', floor((now.ms - retired_at_ms) / 3600000)::int, count(*)::int
   from effect_recoveries, now where retired_at_ms > now.ms - 86400000 group by 2`;
 
-/** The newest dead-lettered messages (their key, attempts and error text; never the payload). */
+/**
+ * The newest dead-lettered messages (their key, attempts and error text; never the payload),
+ * recovery callbacks first and marked: each is an actor that never learned of a retirement.
+ */
 export const DEAD_LETTERS = `
 select m.id::text as id, i.actor_type, m.message_key, m.attempts, left(m.last_error, 160) as last_error,
-  m.dead_at_ms::float8 as dead_at_ms
+  m.dead_at_ms::float8 as dead_at_ms, m.message_key like 'effect:%:recovery' as recovery_callback
 from actor_mailbox m join actor_instances i on i.id = m.instance_id
-where m.state = 'dead' order by m.dead_at_ms desc limit 20`;
+where m.state = 'dead' order by m.message_key like 'effect:%:recovery' desc, m.dead_at_ms desc limit 20`;
 
 /**
  * Installations with their last webhook event (receipts: 24 h), last Open API error, and the

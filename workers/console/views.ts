@@ -102,7 +102,7 @@ function effectsPanel(d: ConsoleData, csrf: string) {
   const e = d.effects;
   if (!e) return html`<section class="panel" id="panel-effects"><h2>Effects</h2>${unavailable}</section>`;
   return html`<section class="panel" id="panel-effects"><h2>Effects</h2>
-    <p>effects: ${Object.entries(e.byState).map(([k, v]) => html`${k} <b>${v}</b> · `)} mailbox pending <b>${e.backlog.mailbox_pending}</b>, dead-lettered <b>${e.deadLetters.length}</b> ·
+    <p>effects: ${Object.entries(e.byState).map(([k, v]) => html`${k} <b>${v}</b> · `)} mailbox pending <b>${e.backlog.mailbox_pending}</b>, dead-lettered <b>${e.deadLetters.length}</b>${e.backlog.dead_recovery_callbacks ? html` (recovery callbacks ${badge(String(e.backlog.dead_recovery_callbacks), 'bad')})` : ''} ·
       stale owners ${e.staleOwners > 0 ? badge(String(e.staleOwners), 'bad') : html`<b>0</b>`}</p>
     <div class="charts">
       <figure>${bars(e.trends.dead!, { label: 'dead-lettered messages per hour, last 24 h' })}<figcaption>dead letters / hour (24 h)</figcaption></figure>
@@ -122,7 +122,9 @@ function effectsPanel(d: ConsoleData, csrf: string) {
         ? html`<p class="muted">none</p>`
         : html`<table><tr><th>id</th><th>actor</th><th>key</th><th class="num">attempts</th><th>error</th><th>dead at</th><th></th></tr>
       ${e.deadLetters.map(
-        (m) => html`<tr><td>${m.id}</td><td>${m.actor_type}</td><td>${m.message_key}</td>${num(m.attempts)}
+        (
+          m,
+        ) => html`<tr><td>${m.id}</td><td>${m.actor_type}</td><td>${m.message_key}${m.recovery_callback ? html` ${badge('recovery callback', 'bad')}` : ''}</td>${num(m.attempts)}
         <td>${m.last_error ?? ''}</td><td>${when(m.dead_at_ms)}</td>
         <td>${actionForm(csrf, 'dead-requeue', 'Requeue', { message: String(m.id) })}${actionForm(csrf, 'dead-discard', 'Discard', { message: String(m.id) })}</td></tr>`,
       )}</table>`

@@ -69,6 +69,12 @@ export interface PoolOptions {
    * which it is part of). The webhook waits no longer than it retries a refused connection.
    */
   gateWaitMs?: number;
+  /**
+   * How long an idle connection stays open (the driver's default: 10 s). 0 keeps it until the
+   * pool ends: a holder that must keep its place in the budget for its whole life (an actor
+   * host's wake, whose heartbeats ride on that connection) never gives it back while idle.
+   */
+  idleTimeoutMs?: number;
 }
 
 /** What a pool hands each of its clients (through the pool's options) to pass the gate. */
@@ -129,6 +135,7 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
     connectTimeoutMs = Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
     priority = 'background',
     gateWaitMs = connectTimeoutMs,
+    idleTimeoutMs,
   } = typeof options === 'number' ? { max: options } : options;
   configureDriver(settings.NEON_WS_PROXY);
   const gated = settings.DB_ISOLATE_MAX_CONNECTIONS !== undefined;
@@ -143,6 +150,7 @@ export function openPool(settings: DbSettings, options: PoolOptions | number = {
     connectionString: settings.DATABASE_URL,
     max,
     connectionTimeoutMillis: connectTimeoutMs,
+    ...(idleTimeoutMs === undefined ? {} : { idleTimeoutMillis: idleTimeoutMs }),
     // Read by GatedClient (the pool hands its options to every client it creates).
     ...(gated ? { gate } : {}),
     // No statement_timeout / lock_timeout / options in the startup packet: Neon's pooled

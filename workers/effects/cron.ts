@@ -2,17 +2,19 @@ import type { Pool } from '@neondatabase/serverless';
 import { withDb } from '../db/pool';
 import { withTx } from '../db/tx';
 import { type Env, loadConfig } from '../env';
+import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { actorHostStub } from './actor-host-stub';
 import { effectConfigFrom } from './host-config';
 import { instancesWithWork, pruneMailbox, unrunnableInstancesWithWork } from './mailbox';
-import { pruneProcesses } from './processes';
+import { pruneProcesses, registerProcess, releaseProcess } from './processes';
 import {
   pruneEffects,
   pruneExpiredBindings,
   pruneRecoveryChecks,
   type RecoveryPassReport,
   runRecoveryPass,
+  WAKE_BUDGET_MS,
   type WakeFn,
 } from './recovery';
 import { type EffectRegistry, effectRegistry } from './registry';
@@ -71,13 +73,31 @@ export async function runRetention(
     ['bindings', (tx) => pruneExpiredBindings(tx, batch)],
     ['processes', (tx) => pruneProcesses(tx, runtime.processPruneAfterMs, batch)],
   ];
-  for (const [table, prune] of steps) {
-    try {
-      report[table] = await withTx(pool, { budgetMs }, prune);
-    } catch (err) {
-      report.failed.push(table);
-      log.error('effect_retention_failed', { table, error: err });
+  // The pass is a registered process of this protocol version while it runs, so the emit
+  // guard of a later version sees it (commit.ts): a retention pass of an older rule (one that
+  // deleted bindings a live effect keeps) then blocks recovery-enabled emits like an older
+  // claimer does. It owns no effect, so its row is deleted after the pass.
+  const processId = await registerProcess(pool, 'effect-retention').catch((err: unknown) => {
+    // Handled by design: the pass itself is correct without it; only the guard of a later
+    // version would miss this pass. Logged once; the steps still run.
+    log.error('effect_retention_failed', { table: 'effect_processes', step: 'register', error: err });
+    return null;
+  });
+  try {
+    for (const [table, prune] of steps) {
+      try {
+        report[table] = await withTx(pool, { budgetMs }, prune);
+      } catch (err) {
+        report.failed.push(table);
+        log.error('effect_retention_failed', { table, error: err });
+      }
     }
+  } finally {
+    if (processId)
+      await releaseProcess(pool, processId).catch((err: unknown) =>
+        // Handled by design: a row left behind is silent, owns nothing, and is pruned in a day.
+        log.error('effect_retention_failed', { table: 'effect_processes', step: 'release', error: err }),
+      );
   }
   return report;
 }
@@ -103,12 +123,15 @@ export async function pollInstancesWithWork(
       actorTypes: skipped.slice(0, 20).map((s) => `${s.actorType} (${s.instances})`),
     });
   // One failed wake-up never stops the others; each is logged, and the next minute's poll
-  // tries that host again (its work is still due in the database).
+  // tries that host again (its work is still due in the database). Each is bounded: a host
+  // that does not answer cannot hold the retention behind this.
   await Promise.all(
     ids.map((id) =>
-      wake(id).catch((err: unknown) =>
-        log.warn('effect_wake_failed', { instanceId: id, via: 'poll', error: err }),
-      ),
+      withTimeout(
+        Promise.resolve().then(() => wake(id)),
+        WAKE_BUDGET_MS,
+        () => new Error(`wake-up did not answer within ${WAKE_BUDGET_MS} ms`),
+      ).catch((err: unknown) => log.warn('effect_wake_failed', { instanceId: id, via: 'poll', error: err })),
     ),
   );
   return { polled: ids.length, unregistered };
@@ -116,15 +139,17 @@ export async function pollInstancesWithWork(
 
 /**
  * Recovery pass, mailbox polling, then one bounded retention batch per table. Each part's
- * failure is logged under its own event and never stops the parts after it.
+ * failure is logged under its own event and never stops the parts after it. Its wakes only
+ * schedule the host's pump (`ActorHost.schedule`: the host's own alarm, now), never wait for
+ * it: one host whose executor is slow cannot hold the pass, the poll or the retention.
  */
-export async function effectsEveryMinute(env: Env) {
+export async function effectsEveryMinute(env: Env, opts: { recoveryBudgetMs?: number } = {}) {
   const config = loadConfig(env);
   const runtime = effectConfigFrom(config);
-  const wake = (instanceId: string) => actorHostStub(env, instanceId).wake(instanceId);
+  const wake = (instanceId: string) => actorHostStub(env, instanceId).schedule(instanceId);
   return withDb(config, async (pool) => {
     const recovery: RecoveryPassReport | null = await runRecoveryPass(pool, runtime, {
-      budgetMs: RECOVERY_PASS_BUDGET_MS,
+      budgetMs: opts.recoveryBudgetMs ?? RECOVERY_PASS_BUDGET_MS,
       wake,
     }).catch((err: unknown) => {
       log.error('effect_recovery_pass_failed', { error: err });

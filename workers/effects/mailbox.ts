@@ -199,29 +199,63 @@ export async function recordFailedDelivery(
   return row ? { attempts: row.attempts, dead: row.state === 'dead' } : null;
 }
 
-// Each branch reads a bounded slice of its partial index (pending messages, due timers, due
-// pending effects), filtered to actor types some code here can run; `distinct` then works
-// on at most SCAN rows per branch, never on the whole backlog.
+// Fair and bounded (issue 35). Every branch yields (instance, due time) and the poll takes the
+// instances whose oldest due work is oldest. Messages are read in due-time order through
+// `actor_mailbox_due` (migration 0140), never in instance-id order: a backlog on low ids
+// cannot hide a later instance, and not-yet-due delayed messages are not read. Because one
+// instance's backlog can still fill that slice, a bounded walk over distinct instances with
+// pending messages (one index probe per instance, `actor_mailbox_pending`) adds each
+// instance's first due message; due pending effects get the same pair of branches
+// (`effects_pending` by run time, a walk of `effects_pending_origin`). Due timers are one
+// instance each already. Every branch is bounded by SCAN rows (or walk steps).
 const WORK_SCAN = 1000;
 /** $1 = instances, $2 = actor types or null, $3 = rows read per branch. Exported for EXPLAIN tests. */
 export const INSTANCES_WITH_WORK_SQL = `
-with due as (select app_now_ms() as now)
-select id from (
-  (select m.instance_id as id from actor_mailbox m join actor_instances i on i.id = m.instance_id
-    where m.state = 'pending' and m.available_at_ms <= (select now from due)
-      and ($2::text[] is null or i.actor_type = any($2::text[]))
-    order by m.instance_id, m.id limit $3)
+with recursive due as (select app_now_ms() as now),
+mailbox_walk(id, n) as (
+  (select instance_id, 1 from actor_mailbox where state = 'pending' order by instance_id limit 1)
   union all
-  (select i.id from actor_instances i
+  (select x.instance_id, w.n + 1 from mailbox_walk w,
+     lateral (select m.instance_id from actor_mailbox m
+               where m.state = 'pending' and m.instance_id > w.id order by m.instance_id limit 1) x
+    where w.n < $3)
+),
+effects_walk(id, due, n) as (
+  (select origin_instance_id, run_at_ms, 1 from effects where status = 'pending'
+    order by origin_instance_id, run_at_ms limit 1)
+  union all
+  (select x.origin_instance_id, x.run_at_ms, w.n + 1 from effects_walk w,
+     lateral (select e.origin_instance_id, e.run_at_ms from effects e
+               where e.status = 'pending' and e.origin_instance_id > w.id
+               order by e.origin_instance_id, e.run_at_ms limit 1) x
+    where w.n < $3)
+),
+work(id, due) as (
+  (select m.instance_id, m.available_at_ms from actor_mailbox m
+    where m.state = 'pending' and m.available_at_ms <= (select now from due)
+    order by m.available_at_ms, m.id limit $3)
+  union all
+  (select w.id, (select m.available_at_ms from actor_mailbox m
+                  where m.instance_id = w.id and m.state = 'pending'
+                    and m.available_at_ms <= (select now from due)
+                  order by m.id limit 1)
+     from mailbox_walk w)
+  union all
+  (select i.id, i.wake_at_ms from actor_instances i
     where i.wake_at_ms <= (select now from due)
-      and ($2::text[] is null or i.actor_type = any($2::text[]))
     order by i.wake_at_ms limit $3)
   union all
-  (select e.origin_instance_id as id from effects e join actor_instances i on i.id = e.origin_instance_id
+  (select e.origin_instance_id, e.run_at_ms from effects e
     where e.status = 'pending' and e.run_at_ms <= (select now from due)
-      and ($2::text[] is null or i.actor_type = any($2::text[]))
     order by e.run_at_ms limit $3)
-) work group by id limit $1`;
+  union all
+  (select w.id, w.due from effects_walk w where w.due <= (select now from due))
+)
+select w.id from work w join actor_instances i on i.id = w.id
+ where w.due is not null and ($2::text[] is null or i.actor_type = any($2::text[]))
+ group by w.id
+ order by min(w.due), w.id
+ limit $1`;
 
 /**
  * Instances with due work (an available pending message, a due timer, or a due pending

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { type Clock, Deadline, systemClock } from '../clock';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
+import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { decideRecovery, type RecoveryOutcome } from './recovery-decide';
 import type { EffectHandle, EffectRuntimeConfig, Queryable } from './types';
@@ -11,13 +12,45 @@ import type { EffectHandle, EffectRuntimeConfig, Queryable } from './types';
 export type WakeFn = (instanceId: string) => Promise<unknown>;
 
 const TX_BUDGET_MS = 5000;
+/**
+ * The longest a pass waits for one wake-up. A wake only schedules the host's pump (the cron's
+ * wake is `ActorHost.schedule`, one storage write), so this is generous; a host that does not
+ * answer in it is logged, and mailbox polling delivers its work at the next minute.
+ */
+export const WAKE_BUDGET_MS = 2000;
 
-async function wakeAfterCommit(wake: WakeFn | undefined, instanceId: string): Promise<void> {
-  if (!wake) return;
-  try {
-    await wake(instanceId);
-  } catch (err) {
-    log.warn('effect_wake_failed', { instanceId, error: err });
+/**
+ * Wakes after commit, started without waiting (a decision never waits for a host), at most
+ * once per instance per pass, each bounded by WAKE_BUDGET_MS and the pass's own deadline.
+ * `settle()` waits for those still running, within the same bounds. A failure (or a wake past
+ * its bound) is logged once as `effect_wake_failed` and changes nothing committed.
+ */
+class Wakes {
+  private readonly started = new Map<string, Promise<void>>();
+  constructor(
+    private readonly wake: WakeFn | undefined,
+    private readonly deadline: Deadline,
+  ) {}
+
+  after(instanceId: string): void {
+    if (!this.wake || this.started.has(instanceId)) return;
+    const ms = Math.max(1, this.deadline.slice(WAKE_BUDGET_MS));
+    const wake = this.wake;
+    this.started.set(
+      instanceId,
+      withTimeout(
+        Promise.resolve().then(() => wake(instanceId)),
+        ms,
+        () => new Error(`wake-up did not answer within ${ms} ms`),
+      ).then(
+        () => undefined,
+        (err: unknown) => log.warn('effect_wake_failed', { instanceId, error: err }),
+      ),
+    );
+  }
+
+  settle(): Promise<unknown> {
+    return Promise.all(this.started.values());
   }
 }
 
@@ -118,6 +151,7 @@ export async function runRecoveryPass(
       ).rows
     : await staleCandidates(pool, config);
   report.candidates = candidates.length;
+  const wakes = new Wakes(opts.wake, deadline);
   for (const c of candidates) {
     if (deadline.expired()) break;
     try {
@@ -129,28 +163,34 @@ export async function runRecoveryPass(
       else if (out === 'pending' || out === 'dead') report.requeued++;
       else if (out === 'deferred') report.deferred++;
       // Retired: the recovery message; dead: the failure callback; pending: the host reclaims it.
-      if (out === 'retired' || out === 'dead' || out === 'pending')
-        await wakeAfterCommit(opts.wake, c.origin_instance_id);
+      if (out === 'retired' || out === 'dead' || out === 'pending') wakes.after(c.origin_instance_id);
     } catch (err) {
       // A query error is an error, never a verdict of "stale".
       report.errors++;
       log.error('effect_recovery_failed', { effectId: c.id, error: err });
     }
   }
-  if (opts.instanceId) return report;
-  const { rows } = await pool.query<{ origin_instance_id: string }>(
-    `select distinct origin_instance_id from effect_recovery_checks where outcome is null limit $1`,
-    [config.claimScanLimit],
-  );
-  for (const r of rows) {
-    if (deadline.expired()) break;
-    try {
-      report.checks += (await processRecoveryChecks(pool, r.origin_instance_id, config, opts)).size;
-    } catch (err) {
-      report.errors++;
-      log.error('effect_recovery_check_failed', { instanceId: r.origin_instance_id, error: err });
+  if (!opts.instanceId && !deadline.expired()) {
+    const { rows } = await pool.query<{ origin_instance_id: string }>(
+      `select distinct origin_instance_id from effect_recovery_checks where outcome is null limit $1`,
+      [config.claimScanLimit],
+    );
+    for (const r of rows) {
+      if (deadline.expired()) break;
+      try {
+        const batch = await checkBatch(pool, r.origin_instance_id, config, {
+          budgetMs: deadline.slice(TX_BUDGET_MS),
+        });
+        report.checks += batch.outcomes.size;
+        if (batch.wake) wakes.after(r.origin_instance_id);
+      } catch (err) {
+        report.errors++;
+        log.error('effect_recovery_check_failed', { instanceId: r.origin_instance_id, error: err });
+      }
     }
   }
+  // Every wake was bounded when it started (its budget, the pass's deadline): this ends in time.
+  await wakes.settle();
   return report;
 }
 
@@ -214,16 +254,33 @@ export async function processRecoveryChecks(
   pool: Pool,
   instanceId: string,
   config: EffectRuntimeConfig,
-  opts: { wake?: WakeFn; limit?: number } = {},
+  opts: { wake?: WakeFn; limit?: number; budgetMs?: number } = {},
 ): Promise<Map<string, RecoveryOutcome>> {
+  const budgetMs = opts.budgetMs ?? TX_BUDGET_MS;
+  const batch = await checkBatch(pool, instanceId, config, { limit: opts.limit, budgetMs });
+  if (batch.wake) {
+    const wakes = new Wakes(opts.wake, new Deadline(WAKE_BUDGET_MS));
+    wakes.after(instanceId);
+    await wakes.settle();
+  }
+  return batch.outcomes;
+}
+
+/** The explicit batch itself; `wake` when it answered or retired anything (wake after commit). */
+async function checkBatch(
+  pool: Pool,
+  instanceId: string,
+  config: EffectRuntimeConfig,
+  opts: { limit?: number; budgetMs: number },
+): Promise<{ outcomes: Map<string, RecoveryOutcome>; wake: boolean }> {
   // Unlocked hint first: most wakes have no open check and need no transaction at all.
   const open = await pool.query(
     'select 1 from effect_recovery_checks where origin_instance_id = $1 and outcome is null limit 1',
     [instanceId],
   );
-  if ((open.rowCount ?? 0) === 0) return new Map();
+  if ((open.rowCount ?? 0) === 0) return { outcomes: new Map(), wake: false };
   let retiredAny = false;
-  const outcomes = await withTx(pool, { budgetMs: TX_BUDGET_MS }, async (tx) => {
+  const outcomes = await withTx(pool, { budgetMs: Math.max(1, opts.budgetMs) }, async (tx) => {
     // The instance lock (taken again, first, inside decideRecovery) serializes batches.
     await tx.query('select id from actor_instances where id = $1 for no key update', [instanceId]);
     const { rows } = await tx.query<{ id: string; effect_id: string }>(
@@ -248,8 +305,7 @@ export async function processRecoveryChecks(
     retiredAny = decided.retired.length > 0;
     return decided.checkOutcomes;
   });
-  if (outcomes.size > 0 || retiredAny) await wakeAfterCommit(opts.wake, instanceId);
-  return outcomes;
+  return { outcomes, wake: outcomes.size > 0 || retiredAny };
 }
 
 /** Resolved explicit checks past `retentionMs` (default 1 day), one bounded batch. */

@@ -19,8 +19,14 @@ export interface ActorContext {
   emit(kind: string, args: unknown, opts?: EmitOptions): EffectHandle;
   /** Ask for a timer event at `atMs` (database epoch ms; replaces any earlier one), or clear it. */
   setTimer(atMs: number | null): void;
-  /** Stage an explicit recovery check; it is written on the commit's own transaction. */
-  requestRecovery(handle: EffectHandle): void;
+  /**
+   * Stage an explicit recovery check; it is written on the commit's own transaction. Throws
+   * `forbidden` at once for another actor's handle; the returned promise rejects with `gone`
+   * when the effect has no live binding on this instance (never bound, or past its lifetime).
+   * Await it to handle that; a handler that does not still commits its turn (the refused check
+   * is not staged, and is logged `actor_recovery_check_refused`).
+   */
+  requestRecovery(handle: EffectHandle): Promise<void>;
   /**
    * Stage a write to the application's own tables on the commit's transaction, run right
    * after the fenced commit (rolled back with it; re-run if the commit is retried). No

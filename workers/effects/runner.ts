@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
+import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { commitActor } from './commit';
 import { EffectStage } from './emit';
@@ -25,6 +26,13 @@ export interface DrainStepResult {
 }
 
 const MAX_FENCE_RETRIES = 3;
+/** An executor's run budget when it names none (`EffectExecutor.timeoutMs`). */
+export const DEFAULT_EXECUTOR_TIMEOUT_MS = 30_000;
+
+/** An executor run that outlived its timeout (whether or not it honoured its signal). */
+export class EffectRunTimedOut extends Error {
+  override readonly name = 'EffectRunTimedOut';
+}
 
 /**
  * Delivers one event (the oldest available message, else a due timer) to the instance's
@@ -57,6 +65,7 @@ export async function drainStep(
 
     const stage = new EffectStage(instanceId);
     const checks: EffectHandle[] = [];
+    const checking: { handle: EffectHandle; answer: Promise<void> }[] = [];
     const writes: ((tx: PoolClient) => Promise<void>)[] = [];
     // A timer event consumes the timer unless the handler sets a new one.
     let wakeAtMs: number | null | undefined = event.type === 'timer' ? null : undefined;
@@ -71,14 +80,39 @@ export async function drainStep(
         setTimer: (at) => {
           wakeAtMs = at;
         },
-        // Refused at once, in the handler, for another actor's handle: the handler may catch it.
+        // Refused in the handler, where it can catch them: at once for another actor's handle
+        // (`forbidden`), and in the answer it may await for a handle with no live binding
+        // (`gone`: never bound, or past its lifetime). Never in the commit, where a refusal
+        // rolled the whole turn back and counted it as a failed delivery.
         requestRecovery: (h) => {
-          checks.push(ownHandle(instanceId, h));
+          const handle = ownHandle(instanceId, h);
+          const answer = refuseUnlessBound(pool, instanceId, handle).then(() => {
+            checks.push(handle);
+          });
+          // Handled by design: the drain reads every answer below (a handler may not wait).
+          answer.catch(() => undefined);
+          checking.push({ handle, answer });
+          return answer;
         },
         inCommit: (w) => {
           writes.push(w);
         },
       });
+      // Every check the handler asked for is answered before its commit, awaited or not: a
+      // refused one is not staged and is logged once; any other failure fails the turn.
+      for (const c of checking) {
+        const refused = await c.answer.then(
+          () => null,
+          (err: unknown) => err,
+        );
+        if (refused === null) continue;
+        if (!(refused instanceof AppError && refused.code === 'gone')) throw refused;
+        log.warn('actor_recovery_check_refused', {
+          instanceId,
+          effectId: c.handle.effectId,
+          code: refused.code,
+        });
+      }
       const checkRequestIds = await withTx(pool, { budgetMs: ACTOR_COMMIT_BUDGET_MS }, async (tx) => {
         await commitActor(
           tx,
@@ -94,7 +128,20 @@ export async function drainStep(
         );
         for (const w of writes) await w(tx);
         const ids: string[] = [];
-        for (const h of checks) ids.push((await requestEffectRecovery(tx, instanceId, h)).requestId);
+        for (const h of checks) {
+          const staged = await requestEffectRecovery(tx, instanceId, h).catch((err: unknown) => {
+            // The binding's lifetime ended between the handler's answer and this commit: the
+            // turn is re-run like a fence conflict (not a failed delivery), and its handler then
+            // sees the refusal itself.
+            if (err instanceof AppError && err.code === 'gone')
+              throw new AppError('revision_conflict', 'a recovery binding expired before the commit', {
+                instanceId,
+                effectId: h.effectId,
+              });
+            throw err;
+          });
+          ids.push(staged.requestId);
+        }
         return ids;
       });
       return {
@@ -117,6 +164,27 @@ export async function drainStep(
     }
   }
 }
+
+/**
+ * Throws `gone` unless `handle` has a live binding on this instance (never bound, or past its
+ * lifetime: `effect_binding_live`, migration 0013). Read-only: the commit stages the check.
+ */
+async function refuseUnlessBound(pool: Pool, instanceId: string, handle: EffectHandle): Promise<void> {
+  const { rows } = await pool.query(
+    `select 1 from effect_recoveries r
+      where r.effect_id = $1 and r.origin_instance_id = $2 and effect_binding_live(r, (select app_now_ms()))`,
+    [handle.effectId, instanceId],
+  );
+  if (rows.length === 0)
+    throw new AppError(
+      'gone',
+      'no recovery binding for this effect on this instance (never bound, or past its retention)',
+      { effectId: handle.effectId },
+    );
+}
+
+/** `effect:<id>:recovery`, the runtime's retirement callback (types.ts `recoveryKey`). */
+const RECOVERY_CALLBACK_KEY = /^effect:([0-9a-f-]{36}):recovery$/;
 
 /** Counts the failed delivery; true when the message is now dead (logged as an error). */
 async function deliveryFailed(
@@ -149,7 +217,13 @@ async function deliveryFailed(
     attempts: counted.attempts,
     error,
   };
-  if (counted.dead) log.error('actor_message_dead', { ...fields, maxAttempts });
+  // A dead recovery callback means the actor never learns its effect was retired (no reply,
+  // no replacement): its own alert event, one line per incident instead of actor_message_dead.
+  // Still an ordinary dead letter otherwise (requeue or discard from the console).
+  const recoveryOf = RECOVERY_CALLBACK_KEY.exec(msg.message_key)?.[1];
+  if (counted.dead && recoveryOf)
+    log.error('actor_recovery_callback_dead', { ...fields, effectId: recoveryOf, maxAttempts });
+  else if (counted.dead) log.error('actor_message_dead', { ...fields, maxAttempts });
   else log.warn('actor_message_failed', { ...fields, maxAttempts });
   return counted.dead;
 }
@@ -169,16 +243,20 @@ export async function drainInstance(
 
 /**
  * Claims up to `limit` due effects (optionally of one instance) for `processId`, runs them
- * concurrently, and writes results back in two batches (complete, fail).
+ * concurrently, and writes results back in two batches (complete, fail), independently: one
+ * that fails (a lock timeout is not retried) never costs the other its write. A lost batch is
+ * logged once, `effect_write_back_lost` with its effect ids, and counted in `lost`; those
+ * effects stay this process's claims, settled by the recovery rules (the caller releases the
+ * process: ordinary ones go back to pending, opted-in ones are retired after their grace).
  */
 export async function runClaimedEffects(
   pool: Pool,
   registry: EffectRegistry,
   processId: string,
-  opts: { limit: number; instanceId?: string },
-): Promise<{ claimed: number; completed: number; failed: number; rejected: number }> {
+  opts: { limit: number; instanceId?: string; writeBackBudgetMs?: number },
+): Promise<{ claimed: number; completed: number; failed: number; rejected: number; lost: number }> {
   const claimed = await claimEffects(pool, processId, opts);
-  if (claimed.length === 0) return { claimed: 0, completed: 0, failed: 0, rejected: 0 };
+  if (claimed.length === 0) return { claimed: 0, completed: 0, failed: 0, rejected: 0, lost: 0 };
   const done: { id: string; result: unknown }[] = [];
   const failed: { id: string; error: string }[] = [];
   await Promise.all(
@@ -189,11 +267,24 @@ export async function runClaimedEffects(
         return;
       }
       try {
-        const signal = AbortSignal.timeout(exec.timeoutMs ?? 30_000);
-        const result = await exec.run(
-          { id: e.id, kind: e.kind, args: e.args, attempts: e.attempts, instanceId: e.origin_instance_id },
-          signal,
-          { pool },
+        const timeoutMs = exec.timeoutMs ?? DEFAULT_EXECUTOR_TIMEOUT_MS;
+        const signal = AbortSignal.timeout(timeoutMs);
+        // Bounded whether or not the executor honours its signal: past its timeout the effect
+        // fails as timed out (its ordinary retry), the pump moves on, and whatever the run
+        // resolves to later is dropped here: it is never written (the claim is gone).
+        const run = Promise.resolve().then(() =>
+          exec.run(
+            { id: e.id, kind: e.kind, args: e.args, attempts: e.attempts, instanceId: e.origin_instance_id },
+            signal,
+            { pool },
+          ),
+        );
+        // Handled by design: a late failure of a run already failed as timed out changes nothing.
+        run.catch(() => undefined);
+        const result = await withTimeout(
+          run,
+          timeoutMs,
+          () => new EffectRunTimedOut(`executor for ${e.kind} timed out after ${timeoutMs} ms`),
         );
         done.push({ id: e.id, result });
       } catch (err) {
@@ -204,13 +295,40 @@ export async function runClaimedEffects(
       }
     }),
   );
-  const c = await completeEffects(pool, processId, done);
-  const f = await failEffects(pool, processId, failed);
-  if (f.dead.length > 0) log.warn('effects_dead', { processId, count: f.dead.length });
+  const budgetMs = opts.writeBackBudgetMs;
+  const [c, f] = await Promise.all([
+    writeBack('complete', processId, done, () => completeEffects(pool, processId, done, budgetMs)),
+    writeBack('fail', processId, failed, () => failEffects(pool, processId, failed, budgetMs)),
+  ]);
+  const dead = f && 'dead' in f ? f.dead : [];
+  if (dead.length > 0) log.warn('effects_dead', { processId, count: dead.length });
   return {
     claimed: claimed.length,
-    completed: c.accepted.length,
-    failed: f.accepted.length,
-    rejected: c.rejected.length + f.rejected.length,
+    completed: c?.accepted.length ?? 0,
+    failed: f?.accepted.length ?? 0,
+    rejected: (c?.rejected.length ?? 0) + (f?.rejected.length ?? 0),
+    lost: (c ? 0 : done.length) + (f ? 0 : failed.length),
   };
+}
+
+/** One write-back batch; null when it failed, logged once with the ids it could not write. */
+async function writeBack<T>(
+  op: 'complete' | 'fail',
+  processId: string,
+  batch: { id: string }[],
+  write: () => Promise<T>,
+): Promise<T | null> {
+  try {
+    return await write();
+  } catch (err) {
+    const effectIds = batch.map((b) => b.id);
+    log.error('effect_write_back_lost', {
+      op,
+      processId,
+      effectIds: effectIds.slice(0, 100),
+      count: effectIds.length,
+      error: err,
+    });
+    return null;
+  }
 }

@@ -4,11 +4,14 @@ import type { PoolClient } from '@neondatabase/serverless';
 export type Queryable = Pick<PoolClient, 'query'>;
 
 /**
- * Lock protocol version written by every process at registration. Version 2 honours
- * persisted recovery bindings and the lock order in docs/effects.md; recovery-enabled
- * effects are refused while a live process reports anything older.
+ * Lock protocol version written by every process at registration (effect claimers, and each
+ * retention pass for its duration). Version 2 honours persisted recovery bindings and the
+ * lock order in docs/effects.md; version 3 adds the binding-lifetime rule (migration 0013: a
+ * binding lives while its effect is pending or processing, so retention never deletes one a
+ * live effect keeps). Recovery-enabled effects are refused while a live process reports
+ * anything older (docs/effects.md "Upgrading").
  */
-export const EFFECT_PROTOCOL_VERSION = 2;
+export const EFFECT_PROTOCOL_VERSION = 3;
 
 /** The JSON handle the emit API returns; safe to store in actor state or send anywhere. */
 export interface EffectHandle {
