@@ -261,8 +261,7 @@ describe('an oversized body of every framing on every route group leaves the nex
         const before = await tableSums(pool);
         const seen: unknown[] = [];
         for (const size of [300 * 1024, EIGHT_MIB]) {
-          const body =
-            framing === 'chunked' ? streamedBody(size / (16 * 1024)).stream : 'a'.repeat(size);
+          const body = framing === 'chunked' ? streamedBody(size / (16 * 1024)).stream : 'a'.repeat(size);
           const res = await exports.default.fetch(url, {
             method,
             headers: { ...(await headers()), 'content-type': 'application/json' },

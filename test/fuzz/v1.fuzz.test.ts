@@ -13,6 +13,7 @@ import {
   fcParams,
   fuzzTimeout,
   nastyJson,
+  nastyNumber,
   nastySegment,
   nastyString,
   workerSecrets,
@@ -48,6 +49,9 @@ beforeAll(async () => {
     await tokenFor(world.actors[0]!, { ttlSeconds: -60 }),
     await signActorToken('not-the-secret-0123456789abcdef0123456789', world.actors[0]!),
     await tokenFor('actor_unknown'),
+    // Issue 29 hole 2: a NumericDate `iat` that is not a whole number, or is out of range.
+    await tokenFor(world.actors[0]!, { issuedAt: Math.floor(Date.now() / 1000) - 30.5 }),
+    await tokenFor(world.actors[1]!, { issuedAt: -1e20 }),
   );
 }, 60_000);
 
@@ -120,6 +124,11 @@ function fromSchema(raw: Schema, name = ''): fc.Arbitrary<unknown> {
     );
   if (s?.type === 'string')
     return fc.oneof({ weight: 8, arbitrary: seeds(name) }, { weight: 1, arbitrary: nastyString });
+  if (s?.type === 'integer' || s?.type === 'number')
+    return fc.oneof(
+      { weight: 4, arbitrary: fc.integer({ min: s.minimum ?? -10, max: s.maximum ?? 10_000 }) },
+      { weight: 1, arbitrary: nastyNumber },
+    );
   return nastyJson;
 }
 
