@@ -142,6 +142,7 @@ describe('issuance bounds', () => {
     const over = await ask(opId(), '3️⃣');
     expect(over.status).toBe(429);
     expect(over.body.error.code).toBe('quota_exceeded');
+    expect(over.body.error.details).toMatchObject({ reason: 'outstanding' });
     expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     // Applying one operation frees its slot: the database no longer counts it as outstanding.
     const applied = await call('PUT', `/v1/reaction-operations/${a}`, {
@@ -160,7 +161,7 @@ describe('issuance bounds', () => {
     expect(other.status).toBe(201);
   });
 
-  it('over the issuance rate is 429 rate_limited with Retry-After, and nothing is issued', async () => {
+  it('over the issuance rate is 429 quota_exceeded (details.reason "rate") with Retry-After, and nothing is issued; rate_limited is only the request limiter (issue 29 hole 1)', async () => {
     const w = await seedWorld();
     const tight = { REACTION_TICKET_MAX_OUTSTANDING: '100', REACTION_TICKET_RATE_PER_MINUTE: '3' };
     const statuses: number[] = [];
@@ -174,7 +175,9 @@ describe('issuance bounds', () => {
       statuses.push(last.status);
     }
     expect(statuses).toEqual([201, 201, 201, 429]);
-    expect(last!.body.error.code).toBe('rate_limited');
+    expect(last!.body.error.code).toBe('quota_exceeded');
+    expect(last!.body.error.details).toMatchObject({ reason: 'rate' });
+    expect(last!.body.error.details.retryAfterSeconds).toBe(Number(last!.headers.get('retry-after')));
     expect(Number(last!.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     const { rows } = await pool.query(
       'select count(*)::int as n from private.reaction_tickets where actor_id = $1',
