@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
 import { limitBody } from '../lib/body-limit';
+import { assertStorable } from '../lib/json-body';
 import { enforceRateLimit } from '../rate-limit';
 import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
@@ -23,6 +24,9 @@ export const reactionApi = new OpenAPIHono<ActorEnv>({
   defaultHook: (result) => {
     if (!result.success)
       throw new AppError('validation_failed', 'Request validation failed', result.error.issues);
+    // The one storable-text check every route's input passes (lib/pg-text.ts), whatever the
+    // schema of the field says.
+    assertStorable(result.data);
   },
 });
 
