@@ -8,7 +8,7 @@ import { openPool } from './db/pool';
 import { dbUnavailable, isDatabaseUnavailable } from './db/refusal';
 import { loadConfig } from './env';
 import { AppError, type ErrorBody } from './errors';
-import { bearerToken } from './lib/bearer';
+import { adminBearerToken } from './lib/bearer';
 import { constantTimeEqual } from './lib/constant-time';
 import { log, setLogLevel } from './log';
 
@@ -43,12 +43,12 @@ export function init(): MiddlewareHandler<AppEnv> {
 }
 
 /**
- * Requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. Only that form:
- * the bare token or another scheme is 401 (lib/bearer.ts).
+ * Requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. Only that form,
+ * exactly: the bare token, another scheme, `bearer`, a tab or two spaces are 401 (lib/bearer.ts).
  */
 export function requireAdmin(): MiddlewareHandler<AppEnv> {
   return async function requireAdmin(c, next) {
-    const given = bearerToken(c.req.header('authorization')) ?? '';
+    const given = adminBearerToken(c.req.header('authorization')) ?? '';
     if (!constantTimeEqual(given, c.var.config.ADMIN_TOKEN))
       throw new AppError('unauthorized', 'Admin token required');
     await next();
