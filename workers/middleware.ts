@@ -63,7 +63,12 @@ export function renderError(err: Error, c: Context<AppEnv>): Response {
   else if (err instanceof ZodError)
     appErr = new AppError('validation_failed', 'Request validation failed', err.issues);
   else if (err instanceof HTTPException && err.status < 500) {
-    appErr = new AppError(err.status === 404 ? 'not_found' : 'bad_request', err.message || 'Bad request');
+    // The zod-openapi validator's refusals: 415 for a body not sent as the route's JSON (issue
+    // 29 hole 13: it was 400 bad_request with the message "Unsupported Media Type"), 400 for
+    // bytes that do not parse.
+    const code =
+      err.status === 404 ? 'not_found' : err.status === 415 ? 'unsupported_media_type' : 'bad_request';
+    appErr = new AppError(code, err.message || 'Bad request');
   } else if (isDatabaseUnavailable(err)) {
     // Overload, a restarting server, a connection lost mid-statement or a statement/lock budget
     // spent: not a bug, a retryable 503 (Lark redelivers), never a 500. Logged once per request

@@ -71,6 +71,14 @@ function operations(): Operation[] {
   return ops;
 }
 
+/** The error codes the document lists for an operation at `status`. */
+function listedCodes(op: Operation, status: number): string[] {
+  const schema =
+    doc.paths[op.path]?.[op.method.toLowerCase()]?.responses?.[String(status)]?.content?.['application/json']
+      ?.schema;
+  return resolve(schema)?.properties?.error?.properties?.code?.enum ?? [];
+}
+
 const resolve = (s: Schema): Schema =>
   s?.$ref ? doc.components.schemas[String(s.$ref).split('/').pop()!] : s;
 
@@ -217,10 +225,17 @@ describe('fuzz: every /v1 route of the OpenAPI document', () => {
       const ops = operations();
       expect(ops.length).toBeGreaterThanOrEqual(5);
       const group = new FuzzGroup('/v1 (OpenAPI)', pool, workerSecrets());
+      // Issue 29 hole 13: every error answered must be one the document lists for its route.
+      const unlisted: string[] = [];
       for (const op of ops)
         await fc.assert(
           fc.asyncProperty(v1Case(op), async (build) => {
             const { status, text } = await group.send(build());
+            if (status >= 400 && status !== 500) {
+              const code = (JSON.parse(text) as { error?: { code?: string } }).error?.code ?? '';
+              if (!listedCodes(op, status).includes(code) && unlisted.length < 10)
+                unlisted.push(`${op.method} ${op.path} ${status} ${code}`);
+            }
             if (status === 200 || status === 201) {
               const body = JSON.parse(text) as {
                 ticket?: string;
@@ -238,6 +253,7 @@ describe('fuzz: every /v1 route of the OpenAPI document', () => {
           }),
           fcParams(ops.length),
         );
+      expect(unlisted).toEqual([]);
       group.finish(
         task,
         ops.map((o) => `${o.method} ${o.path}`),

@@ -93,7 +93,7 @@ describe('POST /v1/reaction-tickets', () => {
     expect(rows[0].n).toBe(0);
     expect(await snapshot(pool, w.messages[0]!, w.actors[0]!)).toEqual(before);
   });
-  it('a body not sent as JSON is 400 bad_request on every /v1 write and writes nothing', async () => {
+  it('a body not sent as JSON is 415 unsupported_media_type, malformed JSON 400 bad_request, on every /v1 write; nothing written (issue 29 hole 13)', async () => {
     const w = await seedWorld();
     const m = w.messages[0]!;
     const op = opId();
@@ -105,21 +105,33 @@ describe('POST /v1/reaction-tickets', () => {
       if (type) headers['content-type'] = type;
       return exports.default.fetch(`http://test${path}`, { method, headers, body });
     };
-    const cases: [string, string, string, string | undefined][] = [
-      ['POST', '/v1/reaction-tickets', JSON.stringify({ operationId: opId(), ...intent }), 'text/plain'],
-      ['POST', '/v1/reaction-tickets', '{not json', 'application/json'],
+    const unsupported = { status: 415, code: 'unsupported_media_type' };
+    const malformed = { status: 400, code: 'bad_request' };
+    const cases: [string, string, string, string | undefined, typeof malformed][] = [
+      [
+        'POST',
+        '/v1/reaction-tickets',
+        JSON.stringify({ operationId: opId(), ...intent }),
+        'text/plain',
+        unsupported,
+      ],
+      ['POST', '/v1/reaction-tickets', '{not json', 'application/json', malformed],
       // Must not read as `{}`: that is a retirement without its ticket (the legacy path).
-      ['POST', `/v1/reaction-operations/${op}/retire`, JSON.stringify({ ticket }), 'text/plain'],
-      ['PUT', `/v1/reaction-operations/${op}`, JSON.stringify({ ...intent, ticket }), undefined],
-      ['POST', `/v1/messages/${m}/reactions/toggle`, JSON.stringify({ emoji: '👍' }), 'text/plain'],
+      ['POST', `/v1/reaction-operations/${op}/retire`, JSON.stringify({ ticket }), 'text/plain', unsupported],
+      // No Content-Type given: fetch sends a string body as text/plain.
+      ['PUT', `/v1/reaction-operations/${op}`, JSON.stringify({ ...intent, ticket }), undefined, unsupported],
+      [
+        'POST',
+        `/v1/messages/${m}/reactions/toggle`,
+        JSON.stringify({ emoji: '👍' }),
+        'text/plain',
+        unsupported,
+      ],
     ];
-    for (const [method, path, body, type] of cases) {
+    for (const [method, path, body, type, expected] of cases) {
       const res = await send(method, path, body, type);
       const reply = (await res.json()) as { error: { code: string } };
-      expect({ status: res.status, code: reply.error.code }, `${method} ${path} ${type}`).toEqual({
-        status: 400,
-        code: 'bad_request',
-      });
+      expect({ status: res.status, code: reply.error.code }, `${method} ${path} ${type}`).toEqual(expected);
     }
     expect(await snapshot(pool, m, w.actors[0]!)).toEqual(before);
   });

@@ -11,9 +11,10 @@ import { PG_TEXT_MESSAGE, unstorablePath } from './pg-text';
  *   before the schema, whatever the route's schema says (`unstorableText`);
  * - JSON that breaks the schema → 400 `validation_failed`, naming the field and the rule,
  *   never the value (it may be a secret).
- * The zod-openapi routes of /v1 give the same answers without this helper: their validator
- * refuses another Content-Type (415) or unparsable JSON (400) with an HTTPException, which
- * renderError turns into `bad_request` (test/reaction-tickets/tickets.issue.test.ts).
+ * The zod-openapi routes of /v1 do not use this helper: their validator refuses another
+ * Content-Type with an HTTPException 415, which renderError answers 415
+ * `unsupported_media_type`, and unparsable JSON with a 400, answered `bad_request`
+ * (test/reaction-tickets/tickets.issue.test.ts). Admin routes keep 400 `bad_request` for both.
  */
 const JSON_CONTENT_TYPE = /^application\/([\w.-]+\+)?json\s*(;|$)/i;
 
