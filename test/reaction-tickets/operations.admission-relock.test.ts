@@ -46,19 +46,20 @@ async function raceAgainst(change: (w: Awaited<ReturnType<typeof seedWorld>>) =>
 describe('admission is read again after the message lock', () => {
   it('operations.admission_after_last_lock: a membership removed while the write waits → 404, nothing written', async () => {
     const out = await raceAgainst(async (w) => {
-      await pool.query('delete from private.conversation_members where actor_id = $1 and conversation_id = $2', [
-        w.actors[0],
-        w.conversationId,
-      ]);
+      await pool.query(
+        'delete from private.conversation_members where actor_id = $1 and conversation_id = $2',
+        [w.actors[0], w.conversationId],
+      );
     });
     expect(out).toEqual({ status: 404, code: 'not_found', written: { reactions: 0, receipts: 0 } });
   });
 
   it('operations.signout_after_last_lock: a sign-out committed while the write waits → 401, nothing written', async () => {
     const out = await raceAgainst(async (w) => {
-      await pool.query("update private.actors set signed_out_at = app_now() + interval '10 seconds' where id = $1", [
-        w.actors[0],
-      ]);
+      await pool.query(
+        "update private.actors set signed_out_at = app_now() + interval '10 seconds' where id = $1",
+        [w.actors[0]],
+      );
     });
     expect(out).toEqual({ status: 401, code: 'unauthorized', written: { reactions: 0, receipts: 0 } });
   });
