@@ -56,7 +56,8 @@ function chunked(size: number, chunk: number): ReadableStream<Uint8Array> {
   });
 }
 
-function oversizedCase(route: Route): fc.Arbitrary<FuzzCase> {
+/** `declared`: sent with its Content-Length, so every route refuses it before reading. */
+function oversizedCase(route: Route): fc.Arbitrary<FuzzCase & { declared: boolean }> {
   return fc
     .record({
       size: fc.oneof(
@@ -80,16 +81,17 @@ function oversizedCase(route: Route): fc.Arbitrary<FuzzCase> {
       else if (auth) headers.authorization = auth;
       if (type) headers['content-type'] = type;
       const param = route.path.startsWith('/lark/events') ? lark.installationId : world.messages[0]!;
+      const declared = framing === 'content-length' || chunk < 1024;
+      // A Request made here does not add the header itself (the wire would).
+      if (declared) headers['content-length'] = String(size);
       return {
+        declared,
         route: `${route.method} ${route.path}`,
         request: new Request(`http://test${route.path.replace(/:[A-Za-z]+/g, param)}`, {
           method: route.method,
           headers,
           // A 1-byte chunk of 1 MiB is a million reads: the small chunks go with the declared form.
-          body:
-            framing === 'content-length' || chunk < 1024
-              ? new Uint8Array(size).fill(0x61)
-              : chunked(size, chunk),
+          body: declared ? new Uint8Array(size).fill(0x61) : chunked(size, chunk),
         }),
       };
     });
@@ -129,7 +131,10 @@ describe('fuzz: an oversized body on every route', () => {
         await fc.assert(
           fc.asyncProperty(oversizedCase(route), async (c) => {
             const { status } = await group.send(c);
-            if (status < 400) after.push(`${c.route}: ${status} to an oversized body`);
+            // An undeclared body is counted as the route reads it: a route that reads no body
+            // (an action such as POST /admin/typing-reactions/stop) answers as it would without
+            // one, and the body is read to its end and dropped. A declared one is always 413.
+            if (status < 400 && c.declared) after.push(`${c.route}: ${status} to an oversized body`);
             for (const [next, expected] of followUps()) {
               const answer = await group.send(next);
               if (answer.status !== expected)
