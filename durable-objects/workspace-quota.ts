@@ -23,6 +23,15 @@ export interface ChargeResult {
   retryAfterSeconds: number;
 }
 
+/**
+ * A bucket untouched this long is full again whatever the rate: its capacity is the per-minute
+ * rate and it refills at that rate, so from empty it takes one minute. A full bucket is what no
+ * row means, so such rows are deleted (exactly, not approximately).
+ */
+export const BUCKET_FULL_AFTER_MS = 60_000;
+/** Rows pruned per charge at most: the work a charge does stays bounded however many idle. */
+const PRUNE_PER_CHARGE = 100;
+
 export class WorkspaceQuota extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -31,6 +40,7 @@ export class WorkspaceQuota extends DurableObject<Env> {
       ctx.storage.sql.exec('drop table if exists leases');
       ctx.storage.sql.exec(`create table if not exists buckets (
         actor_id text primary key, tokens real not null, updated_at integer not null)`);
+      ctx.storage.sql.exec('create index if not exists buckets_updated_at on buckets (updated_at)');
     });
   }
 
@@ -55,6 +65,12 @@ export class WorkspaceQuota extends DurableObject<Env> {
       input.actorId,
       left,
       now,
+    );
+    // Buckets that have refilled are the same as no row (issue 29: rows were never pruned).
+    sql.exec(
+      'delete from buckets where actor_id in (select actor_id from buckets where updated_at < ? limit ?)',
+      now - BUCKET_FULL_AFTER_MS,
+      PRUNE_PER_CHARGE,
     );
     if (tokens < 1)
       return { ok: false, retryAfterSeconds: Math.max(1, Math.ceil((1 - tokens) / perMs / 1000)) };

@@ -8,7 +8,7 @@ import { openPool } from './db/pool';
 import { dbUnavailable, isDatabaseUnavailable } from './db/refusal';
 import { loadConfig } from './env';
 import { AppError, type ErrorBody } from './errors';
-import { bearerToken } from './lib/bearer';
+import { adminBearerToken } from './lib/bearer';
 import { constantTimeEqual } from './lib/constant-time';
 import { log, setLogLevel } from './log';
 import { metric, since } from './metrics';
@@ -70,12 +70,12 @@ export function init(): MiddlewareHandler<AppEnv> {
 }
 
 /**
- * Requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. Only that form:
- * the bare token or another scheme is 401 (lib/bearer.ts).
+ * Requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. Only that form,
+ * exactly: the bare token, another scheme, `bearer`, a tab or two spaces are 401 (lib/bearer.ts).
  */
 export function requireAdmin(): MiddlewareHandler<AppEnv> {
   return async function requireAdmin(c, next) {
-    const given = bearerToken(c.req.header('authorization')) ?? '';
+    const given = adminBearerToken(c.req.header('authorization')) ?? '';
     if (!constantTimeEqual(given, c.var.config.ADMIN_TOKEN))
       throw new AppError('unauthorized', 'Admin token required');
     await next();
@@ -90,7 +90,12 @@ export function renderError(err: Error, c: Context<AppEnv>): Response {
   else if (err instanceof ZodError)
     appErr = new AppError('validation_failed', 'Request validation failed', err.issues);
   else if (err instanceof HTTPException && err.status < 500) {
-    appErr = new AppError(err.status === 404 ? 'not_found' : 'bad_request', err.message || 'Bad request');
+    // The zod-openapi validator's refusals: 415 for a body not sent as the route's JSON (issue
+    // 29 hole 13: it was 400 bad_request with the message "Unsupported Media Type"), 400 for
+    // bytes that do not parse.
+    const code =
+      err.status === 404 ? 'not_found' : err.status === 415 ? 'unsupported_media_type' : 'bad_request';
+    appErr = new AppError(code, err.message || 'Bad request');
   } else if (isDatabaseUnavailable(err)) {
     // Overload, a restarting server, a connection lost mid-statement or a statement/lock budget
     // spent: not a bug, a retryable 503 (Lark redelivers), never a 500. Logged once per request

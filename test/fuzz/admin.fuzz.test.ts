@@ -14,6 +14,7 @@ import {
   fcParams,
   fuzzTimeout,
   nastyJson,
+  nastyNumber,
   nastySegment,
   nastyString,
   workerSecrets,
@@ -81,6 +82,8 @@ const FIELDS = [
   'api_base',
   'dbBatchBudget',
   'workerOpBudget',
+  'generation',
+  'dbBatchSize',
 ] as const;
 
 const fieldValue = () =>
@@ -90,6 +93,7 @@ const fieldValue = () =>
     fc.constantFrom('lark', 'feishu', 'https://open.larksuite.com', 'http://127.0.0.1:1', 'ftp://x'),
     fc.string({ minLength: 1, maxLength: 12 }).map((s) => `cli_${s.replace(/[^A-Za-z0-9]/g, 'a')}`),
     fc.integer({ min: -5, max: 200_000 }),
+    nastyNumber,
     nastyJson,
   );
 
@@ -101,6 +105,8 @@ const adminBody = () =>
 
 const authorization = fc.oneof(
   { weight: 8, arbitrary: fc.constant(`Bearer ${env.ADMIN_TOKEN}`) },
+  // The retention routes' own credential: enable's numbers reach SQL only with it.
+  { weight: 2, arbitrary: fc.constant(`Bearer ${env.RETENTION_ADMIN_TOKEN}`) },
   {
     weight: 1,
     arbitrary: fc.constantFrom(

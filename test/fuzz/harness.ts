@@ -105,6 +105,7 @@ export function workerSecrets(): string[] {
   const db = new URL(env.DATABASE_URL!);
   return [
     env.ADMIN_TOKEN!,
+    ...(env.RETENTION_ADMIN_TOKEN ? [env.RETENTION_ADMIN_TOKEN] : []),
     env.ACTOR_JWT_SECRET!,
     ...keys,
     env.DATABASE_URL!,
@@ -317,13 +318,41 @@ export function percentEncode(s: string): string {
   return [...new TextEncoder().encode(s)].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('');
 }
 
-/** Any JSON value, strings nasty. */
+/**
+ * Numbers a typed SQL parameter chokes on (issue 29 hole 2): fractions, values past int4,
+ * int8 and 2^53, negatives, -0, and the extremes a JSON number can hold.
+ */
+export const nastyNumber: fc.Arbitrary<number> = fc.oneof(
+  fc.constantFrom(
+    0.5,
+    1.5,
+    -0.5,
+    -0,
+    -1,
+    1e20,
+    -1e20,
+    2 ** 31,
+    -(2 ** 31) - 1,
+    2 ** 53,
+    2 ** 63,
+    Number.MAX_SAFE_INTEGER + 2,
+    Number.MAX_VALUE,
+    Number.MIN_VALUE,
+    1e308,
+  ),
+  fc.double({ noNaN: true, noDefaultInfinity: true }),
+  fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }).map((n) => n + 0.25),
+  fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(Number),
+);
+
+/** Any JSON value, strings and numbers nasty. */
 export const nastyJson: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
   value: fc.oneof(
     { depthSize: 'small' },
     nastyString,
     fc.integer(),
     fc.double(),
+    nastyNumber,
     fc.boolean(),
     fc.constant(null),
     fc.array(tie('value'), { maxLength: 4 }),

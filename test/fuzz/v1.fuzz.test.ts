@@ -13,6 +13,7 @@ import {
   fcParams,
   fuzzTimeout,
   nastyJson,
+  nastyNumber,
   nastySegment,
   nastyString,
   workerSecrets,
@@ -48,6 +49,9 @@ beforeAll(async () => {
     await tokenFor(world.actors[0]!, { ttlSeconds: -60 }),
     await signActorToken('not-the-secret-0123456789abcdef0123456789', world.actors[0]!),
     await tokenFor('actor_unknown'),
+    // Issue 29 hole 2: a NumericDate `iat` that is not a whole number, or is out of range.
+    await tokenFor(world.actors[0]!, { issuedAt: Math.floor(Date.now() / 1000) - 30.5 }),
+    await tokenFor(world.actors[1]!, { issuedAt: -1e20 }),
   );
 }, 60_000);
 
@@ -65,6 +69,14 @@ function operations(): Operation[] {
       });
     }
   return ops;
+}
+
+/** The error codes the document lists for an operation at `status`. */
+function listedCodes(op: Operation, status: number): string[] {
+  const schema =
+    doc.paths[op.path]?.[op.method.toLowerCase()]?.responses?.[String(status)]?.content?.['application/json']
+      ?.schema;
+  return resolve(schema)?.properties?.error?.properties?.code?.enum ?? [];
 }
 
 const resolve = (s: Schema): Schema =>
@@ -120,6 +132,11 @@ function fromSchema(raw: Schema, name = ''): fc.Arbitrary<unknown> {
     );
   if (s?.type === 'string')
     return fc.oneof({ weight: 8, arbitrary: seeds(name) }, { weight: 1, arbitrary: nastyString });
+  if (s?.type === 'integer' || s?.type === 'number')
+    return fc.oneof(
+      { weight: 4, arbitrary: fc.integer({ min: s.minimum ?? -10, max: s.maximum ?? 10_000 }) },
+      { weight: 1, arbitrary: nastyNumber },
+    );
   return nastyJson;
 }
 
@@ -208,10 +225,17 @@ describe('fuzz: every /v1 route of the OpenAPI document', () => {
       const ops = operations();
       expect(ops.length).toBeGreaterThanOrEqual(5);
       const group = new FuzzGroup('/v1 (OpenAPI)', pool, workerSecrets());
+      // Issue 29 hole 13: every error answered must be one the document lists for its route.
+      const unlisted: string[] = [];
       for (const op of ops)
         await fc.assert(
           fc.asyncProperty(v1Case(op), async (build) => {
             const { status, text } = await group.send(build());
+            if (status >= 400 && status !== 500) {
+              const code = (JSON.parse(text) as { error?: { code?: string } }).error?.code ?? '';
+              if (!listedCodes(op, status).includes(code) && unlisted.length < 10)
+                unlisted.push(`${op.method} ${op.path} ${status} ${code}`);
+            }
             if (status === 200 || status === 201) {
               const body = JSON.parse(text) as {
                 ticket?: string;
@@ -229,6 +253,7 @@ describe('fuzz: every /v1 route of the OpenAPI document', () => {
           }),
           fcParams(ops.length),
         );
+      expect(unlisted).toEqual([]);
       group.finish(
         task,
         ops.map((o) => `${o.method} ${o.path}`),

@@ -44,6 +44,35 @@ describe('installations refuse text Postgres cannot store, writing nothing', () 
     });
 });
 
+describe('api_base is storable text too (issue 29 hole 12)', () => {
+  it('U+0000 or a lone surrogate in api_base → 400 validation_failed on register and rotate, nothing written', async () => {
+    const existing = await installApp();
+    const before = await tableSums(pool);
+    for (const api_base of [
+      'https://open.larksuite.com/\u0000',
+      'https://open.larksuite.com/a\u0000b',
+      'http://127.0.0.1:1/\u0000',
+      'https://open.larksuite.com/x\ud800',
+      'https://open.larksuite.com?q=\u0000',
+    ]) {
+      const register = await admin('', {
+        body: { workspace_id: uid('ws'), app_id: appId(), ...SECRETS, api_base },
+      });
+      const rotate = await admin(`/${existing.installationId}/rotate`, { body: { api_base } });
+      expect({
+        api_base,
+        register: [register.status, await errorCode(register)],
+        rotate: [rotate.status, await errorCode(rotate)],
+      }).toEqual({
+        api_base,
+        register: [400, 'validation_failed'],
+        rotate: [400, 'validation_failed'],
+      });
+    }
+    expect(changedTables(before, await tableSums(pool))).toEqual([]);
+  });
+});
+
 describe('an installation id that is not one names nothing', () => {
   it('GET, rotate and DELETE of /%00, /li_%00 or a non-li_ id → 404 not_found, nothing written', async () => {
     const before = await tableSums(pool);

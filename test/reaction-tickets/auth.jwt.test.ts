@@ -9,7 +9,7 @@ import type { AppError } from '../../workers/errors';
 import worker from '../../workers/index';
 import { type JwksMode, startJwksServer } from '../helpers/jwks';
 import { captureLogLines } from '../helpers/logs';
-import { call, seedWorld, tokenFor } from './helpers';
+import { call, issue, opId, put, reactions, retire, seedWorld, tokenFor } from './helpers';
 
 const SECRET = 'a-test-secret-that-is-long-enough-0123456789';
 afterEach(() => {
@@ -236,5 +236,67 @@ describe('actor JWT edges', () => {
       const token = await foreignToken(keys.bindings, 'not-in-the-set');
       expect(await code(verifyActorToken(keys.bindings, token))).toBe('unauthorized');
     });
+  });
+});
+
+/**
+ * Issue 29 hole 2: RFC 7519 lets `iat` be any NumericDate, a fraction included; it reached a
+ * `bigint` parameter as is (22P02, 500 on every ticketed write, retried forever by the app).
+ * The decision (docs/mobile-api.md "Authentication"): a fractional `iat` is floored to its
+ * second (never later than it was, so a sign-out can only refuse it more), and an `iat` that
+ * is negative or not a safe integer after flooring is refused as 401 like any bad token.
+ */
+describe('a NumericDate iat that is not a whole second', () => {
+  /** An HS256 token with exactly these claims (jose's setters would validate them). */
+  const rawToken = (claims: Record<string, unknown>) =>
+    new SignJWT(claims)
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .sign(new TextEncoder().encode(env.ACTOR_JWT_SECRET as string));
+
+  it('auth.iat_fraction_floored: issue, write, read and retire answer normally with iat = now - 30.5 s', async () => {
+    const world = await seedWorld(1, 1);
+    const actorId = world.actors[0]!;
+    const nowS = Date.now() / 1000;
+    const token = await rawToken({ sub: actorId, iat: nowS - 30.5, exp: nowS + 3600 });
+    const intent = { messageId: world.messages[0]!, emoji: '👍', desired: 'present' as const };
+    const operationId = opId();
+    const issued = await issue(token, operationId, intent);
+    expect(issued.status).toBe(201);
+    const written = await put(token, operationId, issued.body.ticket, intent);
+    expect({ status: written.status, code: written.body?.error?.code }).toEqual({
+      status: 200,
+      code: undefined,
+    });
+    expect((await reactions(token, intent.messageId)).status).toBe(200);
+    const second = opId();
+    const ticket2 = (await issue(token, second, { ...intent, desired: 'absent' })).body.ticket;
+    const retired = await retire(token, second, ticket2);
+    expect({ status: retired.status, code: retired.body?.error?.code }).toEqual({
+      status: 200,
+      code: undefined,
+    });
+    expect(await verifyActorToken({ ACTOR_JWT_SECRET: env.ACTOR_JWT_SECRET }, token)).toEqual({
+      actorId,
+      issuedAt: Math.floor(nowS - 30.5),
+    });
+  });
+
+  it('auth.iat_out_of_range: a negative or huge iat is 401 unauthorized, never a 500', async () => {
+    const world = await seedWorld(1, 1);
+    const actorId = world.actors[0]!;
+    const exp = Date.now() / 1000 + 3600;
+    for (const iat of [-1, -1e20, -0.5, 2 ** 63, Number.MAX_VALUE]) {
+      const token = await rawToken({ sub: actorId, iat, exp });
+      const res = await issue(token, opId(), {
+        messageId: world.messages[0]!,
+        emoji: '👍',
+        desired: 'present',
+      });
+      expect({ iat, status: res.status, code: res.body?.error?.code }).toEqual({
+        iat,
+        status: 401,
+        code: 'unauthorized',
+      });
+    }
   });
 });

@@ -186,9 +186,17 @@ describe('GET reactions and the web toggle', () => {
         '/v1/messages/{messageId}/reactions/toggle',
       ]),
     );
-    expect(res.body.components.schemas.Error.properties.error.properties.code.enum).toContain(
+    // The one error shape, with the codes of each route and status (openapi.errors.test.ts).
+    const gone = res.body.paths['/v1/reaction-operations/{operationId}'].put.responses['410'];
+    expect(Object.keys(gone.content['application/json'].schema.properties.error.properties)).toEqual([
+      'code',
+      'message',
+      'requestId',
+      'details',
+    ]);
+    expect(gone.content['application/json'].schema.properties.error.properties.code.enum).toEqual([
       'operation_expired',
-    );
-    expect(res.body.paths['/v1/reaction-operations/{operationId}'].put.responses['410']).toBeTruthy();
+      'operation_outcome_unknown',
+    ]);
   });
 });

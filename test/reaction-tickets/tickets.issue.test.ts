@@ -93,7 +93,7 @@ describe('POST /v1/reaction-tickets', () => {
     expect(rows[0].n).toBe(0);
     expect(await snapshot(pool, w.messages[0]!, w.actors[0]!)).toEqual(before);
   });
-  it('a body not sent as JSON is 400 bad_request on every /v1 write and writes nothing', async () => {
+  it('a body not sent as JSON is 415 unsupported_media_type, malformed JSON 400 bad_request, on every /v1 write; nothing written (issue 29 hole 13)', async () => {
     const w = await seedWorld();
     const m = w.messages[0]!;
     const op = opId();
@@ -105,21 +105,33 @@ describe('POST /v1/reaction-tickets', () => {
       if (type) headers['content-type'] = type;
       return exports.default.fetch(`http://test${path}`, { method, headers, body });
     };
-    const cases: [string, string, string, string | undefined][] = [
-      ['POST', '/v1/reaction-tickets', JSON.stringify({ operationId: opId(), ...intent }), 'text/plain'],
-      ['POST', '/v1/reaction-tickets', '{not json', 'application/json'],
+    const unsupported = { status: 415, code: 'unsupported_media_type' };
+    const malformed = { status: 400, code: 'bad_request' };
+    const cases: [string, string, string, string | undefined, typeof malformed][] = [
+      [
+        'POST',
+        '/v1/reaction-tickets',
+        JSON.stringify({ operationId: opId(), ...intent }),
+        'text/plain',
+        unsupported,
+      ],
+      ['POST', '/v1/reaction-tickets', '{not json', 'application/json', malformed],
       // Must not read as `{}`: that is a retirement without its ticket (the legacy path).
-      ['POST', `/v1/reaction-operations/${op}/retire`, JSON.stringify({ ticket }), 'text/plain'],
-      ['PUT', `/v1/reaction-operations/${op}`, JSON.stringify({ ...intent, ticket }), undefined],
-      ['POST', `/v1/messages/${m}/reactions/toggle`, JSON.stringify({ emoji: '👍' }), 'text/plain'],
+      ['POST', `/v1/reaction-operations/${op}/retire`, JSON.stringify({ ticket }), 'text/plain', unsupported],
+      // No Content-Type given: fetch sends a string body as text/plain.
+      ['PUT', `/v1/reaction-operations/${op}`, JSON.stringify({ ...intent, ticket }), undefined, unsupported],
+      [
+        'POST',
+        `/v1/messages/${m}/reactions/toggle`,
+        JSON.stringify({ emoji: '👍' }),
+        'text/plain',
+        unsupported,
+      ],
     ];
-    for (const [method, path, body, type] of cases) {
+    for (const [method, path, body, type, expected] of cases) {
       const res = await send(method, path, body, type);
       const reply = (await res.json()) as { error: { code: string } };
-      expect({ status: res.status, code: reply.error.code }, `${method} ${path} ${type}`).toEqual({
-        status: 400,
-        code: 'bad_request',
-      });
+      expect({ status: res.status, code: reply.error.code }, `${method} ${path} ${type}`).toEqual(expected);
     }
     expect(await snapshot(pool, m, w.actors[0]!)).toEqual(before);
   });
@@ -142,6 +154,7 @@ describe('issuance bounds', () => {
     const over = await ask(opId(), '3️⃣');
     expect(over.status).toBe(429);
     expect(over.body.error.code).toBe('quota_exceeded');
+    expect(over.body.error.details).toMatchObject({ reason: 'outstanding' });
     expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     // Applying one operation frees its slot: the database no longer counts it as outstanding.
     const applied = await call('PUT', `/v1/reaction-operations/${a}`, {
@@ -160,7 +173,7 @@ describe('issuance bounds', () => {
     expect(other.status).toBe(201);
   });
 
-  it('over the issuance rate is 429 rate_limited with Retry-After, and nothing is issued', async () => {
+  it('over the issuance rate is 429 quota_exceeded (details.reason "rate") with Retry-After, and nothing is issued; rate_limited is only the request limiter (issue 29 hole 1)', async () => {
     const w = await seedWorld();
     const tight = { REACTION_TICKET_MAX_OUTSTANDING: '100', REACTION_TICKET_RATE_PER_MINUTE: '3' };
     const statuses: number[] = [];
@@ -174,7 +187,9 @@ describe('issuance bounds', () => {
       statuses.push(last.status);
     }
     expect(statuses).toEqual([201, 201, 201, 429]);
-    expect(last!.body.error.code).toBe('rate_limited');
+    expect(last!.body.error.code).toBe('quota_exceeded');
+    expect(last!.body.error.details).toMatchObject({ reason: 'rate' });
+    expect(last!.body.error.details.retryAfterSeconds).toBe(Number(last!.headers.get('retry-after')));
     expect(Number(last!.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     const { rows } = await pool.query(
       'select count(*)::int as n from private.reaction_tickets where actor_id = $1',

@@ -64,6 +64,28 @@ describe('admin routes reach the retention Worker through RETENTION', () => {
     expect((await cleanupStatus()).enabled).toBe(false);
   });
 
+  it('retention.enable_numbers_bounded: a generation or budget that is a fraction, negative or past 2^53 is 400, never a 500 (issue 29 hole 2)', async () => {
+    const generation = await currentGeneration();
+    const bodies = [
+      { generation: 1e20 },
+      { generation: 2 ** 53 },
+      { generation: 1.5 },
+      { generation: -1 },
+      { generation, dbBatchBudget: 1e20 },
+      { generation, dbBatchBudget: 0.5 },
+      { generation, workerOpBudget: 2 ** 63 },
+    ];
+    for (const body of bodies) {
+      const res = await scoped('POST', '/admin/retention/enable', { ...body, operator: OPERATOR });
+      expect({ body, status: res.status, code: res.body?.error?.code }).toEqual({
+        body,
+        status: 400,
+        code: 'validation_failed',
+      });
+    }
+    expect((await cleanupStatus()).enabled).toBe(false);
+  });
+
   it('every route requires a token', async () => {
     for (const [method, path] of [
       ['POST', '/admin/retention/enable'],

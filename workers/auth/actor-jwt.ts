@@ -10,10 +10,11 @@ import { log } from '../log';
  * Actor authentication: `Authorization: Bearer <JWT>` verified in the Worker, either HS256
  * with ACTOR_JWT_SECRET or asymmetric keys from ACTOR_JWKS_URL (secret wins when both are
  * set; a key set always comes with a required issuer and audience, see env.ts). `sub` is the
- * actor ID; `iat` is kept so sign-out can refuse older tokens, which is why a token issued
- * in the future is refused: it would outlive any sign-out. Every failure of the token is the
- * same 401, so a probe learns nothing about which check failed. A failure to get the key set
- * is not the token's: 503 with Retry-After, so the app retries instead of signing out.
+ * actor ID; `iat` is kept (floored to its second) so sign-out can refuse older tokens, which
+ * is why a token issued in the future is refused: it would outlive any sign-out. Every
+ * failure of the token is the same 401, so a probe learns nothing about which check failed.
+ * A failure to get the key set is not the token's: 503 with Retry-After, so the app retries
+ * instead of signing out.
  */
 export interface ActorIdentity {
   actorId: string;
@@ -79,7 +80,7 @@ export async function verifyActorToken(config: AuthConfig, token: string): Promi
     // every sign-out (directory.ts compares `iat` with the sign-out time).
     if (typeof payload.iat === 'number' && payload.iat > Date.now() / 1000 + CLOCK_SKEW_SECONDS)
       throw new Error('iat in the future');
-    return { actorId: payload.sub, issuedAt: typeof payload.iat === 'number' ? payload.iat : undefined };
+    return { actorId: payload.sub, issuedAt: issuedAtSecond(payload.iat) };
   } catch (err) {
     // By design: every other verification failure (jose's errors, a bad subject, a future
     // `iat`) is the one 401, and the reason is not told to the caller.
@@ -95,6 +96,20 @@ export async function verifyActorToken(config: AuthConfig, token: string): Promi
       'www-authenticate': 'Bearer',
     });
   }
+}
+
+/**
+ * `iat` as the whole second SQL compares with the sign-out second (a `bigint` parameter).
+ * RFC 7519 allows a fraction: it is floored, never rounded up, so a token can only look older
+ * than it is and a sign-out can only refuse it more (issue 29 hole 2). Negative, or not a safe
+ * integer once floored: refused as a bad token (the caller's 401). jose has checked it is a
+ * finite number.
+ */
+function issuedAtSecond(iat: number | undefined): number | undefined {
+  if (iat === undefined) return undefined;
+  const second = Math.floor(iat);
+  if (!Number.isSafeInteger(second) || second < 0) throw new Error('iat out of range');
+  return second;
 }
 
 /**

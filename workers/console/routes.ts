@@ -5,6 +5,7 @@ import type { AppEnv } from '../context';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
 import { constantTimeEqual } from '../lib/constant-time';
+import { assertStorable } from '../lib/json-body';
 import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
 import { listGivenUp } from '../typing-ledger/given-up';
@@ -35,7 +36,10 @@ const Operator = z
 async function form(c: Context<AppEnv>): Promise<Record<string, string | File>> {
   const type = c.req.header('content-type') ?? '';
   if (!/^(application\/x-www-form-urlencoded|multipart\/form-data)/i.test(type)) return {};
-  return (await c.req.parseBody().catch(() => ({}))) as Record<string, string | File>;
+  const fields = (await c.req.parseBody().catch(() => ({}))) as Record<string, string | File>;
+  // The one storable-text check (lib/pg-text.ts): a field Postgres cannot store is 400.
+  assertStorable(Object.fromEntries(Object.entries(fields).filter(([, v]) => typeof v === 'string')));
+  return fields;
 }
 
 async function render(

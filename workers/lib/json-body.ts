@@ -1,16 +1,20 @@
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { AppError } from '../errors';
+import { PG_TEXT_MESSAGE, unstorablePath } from './pg-text';
 
 /**
  * The one policy for JSON request bodies:
  * - not JSON (a Content-Type other than application/json or application/*+json, or bytes
  *   that do not parse) → 400 `bad_request`;
+ * - a string anywhere in it (a key too) that Postgres cannot store → 400 `validation_failed`,
+ *   before the schema, whatever the route's schema says (`unstorableText`);
  * - JSON that breaks the schema → 400 `validation_failed`, naming the field and the rule,
  *   never the value (it may be a secret).
- * The zod-openapi routes of /v1 give the same answers without this helper: their validator
- * refuses another Content-Type (415) or unparsable JSON (400) with an HTTPException, which
- * renderError turns into `bad_request` (test/reaction-tickets/tickets.issue.test.ts).
+ * The zod-openapi routes of /v1 do not use this helper: their validator refuses another
+ * Content-Type with an HTTPException 415, which renderError answers 415
+ * `unsupported_media_type`, and unparsable JSON with a 400, answered `bad_request`
+ * (test/reaction-tickets/tickets.issue.test.ts). Admin routes keep 400 `bad_request` for both.
  */
 const JSON_CONTENT_TYPE = /^application\/([\w.-]+\+)?json\s*(;|$)/i;
 
@@ -38,6 +42,7 @@ export async function readJsonBody<T extends z.ZodType>(
 ): Promise<z.output<T>> {
   const bytes = await c.req.arrayBuffer();
   const raw = opts.optional && bytes.byteLength === 0 ? {} : parseJson(c.req.header('content-type'), bytes);
+  assertStorable(raw);
   const parsed = schema.safeParse(raw);
   if (!parsed.success)
     throw new AppError(
@@ -46,4 +51,13 @@ export async function readJsonBody<T extends z.ZodType>(
       parsed.error.issues.map((i) => ({ path: i.path, message: i.message })),
     );
   return parsed.data;
+}
+
+/** 400 `validation_failed` naming where unstorable text is (never the text itself). */
+export function assertStorable(value: unknown): void {
+  const at = unstorablePath(value);
+  if (at)
+    throw new AppError('validation_failed', 'Request validation failed', [
+      { path: at, message: PG_TEXT_MESSAGE },
+    ]);
 }

@@ -27,3 +27,29 @@ export function truncateText(s: string, max: number): string {
   const end = /[\ud800-\udbff]/.test(s[max - 1] ?? '') ? max - 1 : max;
   return s.slice(0, end);
 }
+
+/**
+ * The path of the first string in a parsed body (any depth, object keys included) that
+ * Postgres cannot store, or null. The one check every JSON body and form passes before its
+ * route's schema (issue 29 hole 12: a field whose own schema forgot `pgText`, `api_base`
+ * through `z.url()`, reached SQL: 22021, a 500; a lone surrogate was stored as U+FFFD).
+ */
+export function unstorablePath(value: unknown, path: (string | number)[] = []): (string | number)[] | null {
+  if (typeof value === 'string') return isPgStorable(value) ? null : path;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const at = unstorablePath(value[i], [...path, i]);
+      if (at) return at;
+    }
+    return null;
+  }
+  if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      // A bad key is named by its position, never by its text (it may be a secret).
+      if (!isPgStorable(k)) return [...path, '(key)'];
+      const at = unstorablePath(v, [...path, k]);
+      if (at) return at;
+    }
+  }
+  return null;
+}

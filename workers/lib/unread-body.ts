@@ -1,19 +1,24 @@
 import type { MiddlewareHandler } from 'hono';
 
-/** Up to this much of an unread body is read and dropped; a larger one is cancelled. */
-export const DRAIN_MAX_BYTES = 256 * 1024;
+/**
+ * An unread or abandoned request body is read to its end and dropped, up to this much (the
+ * largest body Cloudflare's edge lets through on the smallest plan); beyond it, cancelled.
+ */
+export const DRAIN_MAX_BYTES = 100 * 1024 * 1024;
 /** And for at most this long: a client that trickles its body does not hold the request. */
-export const DRAIN_MAX_MS = 2000;
+export const DRAIN_MAX_MS = 5000;
 
 /**
  * Releases the request body when the answer is ready and nobody read it (an early 401/404/413,
  * a route that takes no body). Left unread, the runtime must skip those bytes to reach the
- * connection's next request, and under concurrent keep-alive load it does not always manage:
- * the issue saw 501 "Unrecognized request method" on 10-14% of such requests, and
- * bench/probes/unread-body.ts measured 36 of 300 early 401s with a chunked 1 KiB body answered
- * 503 "Your worker restarted mid-request" by `wrangler dev`. Cancelling did not help there
- * (still 36 of 300); reading the rest did (0 of 300). So: drain a bounded amount, then cancel
- * (an over-size or endless body is not worth the connection).
+ * connection's next request, and under concurrent keep-alive load it does not always manage
+ * (issue 16: 501 "Unrecognized request method" on 10-14% of such requests).
+ *
+ * Read to its end, never cancelled within the bounds (issue 29 hole 11): a body the Worker
+ * started reading, or cancelled, makes workerd close that connection after the answer, and
+ * the proxy `wrangler dev` puts in front of the Worker sends the next request over the closed
+ * connection; whoever sent it gets 503 "Your worker restarted mid-request" (reproduction in
+ * docs/security.md "Request bodies"). A body read to its end leaves the connection reusable.
  */
 export function releaseUnreadBody(): MiddlewareHandler {
   return async function releaseUnreadBody(c, next) {
@@ -21,17 +26,20 @@ export function releaseUnreadBody(): MiddlewareHandler {
     try {
       await next();
     } finally {
-      // The body as received, and the one a middleware put in its place (limitBody's counting
-      // stream, which reads the received body through its pipe). A locked body belongs to its
-      // reader: limitBody cancels what it stops reading.
+      // The body as received, and the one a middleware put in its place (limitBody's counted
+      // stream, which reads the received body). A locked body belongs to its reader: limitBody
+      // drains what it stops reading.
       for (const body of new Set([received, c.req.raw.body]))
-        if (body && !body.locked) await drainOrCancel(body);
+        if (body && !body.locked) await discardRest(body.getReader());
     }
   };
 }
 
-async function drainOrCancel(body: ReadableStream<Uint8Array>): Promise<void> {
-  const reader = body.getReader();
+/**
+ * Reads what is left of a body and drops it, within DRAIN_MAX_BYTES and DRAIN_MAX_MS; only a
+ * body beyond those is cancelled (and its connection given up). Never throws.
+ */
+export async function discardRest(reader: ReadableStreamDefaultReader<Uint8Array>): Promise<void> {
   const deadline = Date.now() + DRAIN_MAX_MS;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<'late'>((resolve) => {

@@ -5,7 +5,10 @@ import { withTimeout } from '../lib/timeout';
 
 /**
  * The issuance RATE, charged at the WorkspaceQuota DO before the issuing transaction. The
- * outstanding bound is the database's (issueTicket counts under a per-actor lock).
+ * outstanding bound is the database's (issueTicket counts under a per-actor lock). Both answer
+ * 429 `quota_exceeded` (details.reason 'rate' or 'outstanding'); `rate_limited` is only the
+ * request limiter every authenticated /v1 route passes (rate-limit.ts), so a client can tell
+ * "issue fewer tickets" from "this request, whatever it was, came too fast" (issue 29 hole 1).
  */
 const DO_TIMEOUT_MS = 2000;
 
@@ -23,7 +26,7 @@ export async function chargeIssuance(
   );
   if (!result.ok)
     throw new AppError(
-      'rate_limited',
+      'quota_exceeded',
       'Too many tickets requested; slow down',
       { reason: 'rate', retryAfterSeconds: result.retryAfterSeconds },
       { 'retry-after': String(result.retryAfterSeconds) },

@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
 import { limitBody } from '../lib/body-limit';
+import { assertStorable } from '../lib/json-body';
 import { enforceRateLimit } from '../rate-limit';
 import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
@@ -23,6 +24,9 @@ export const reactionApi = new OpenAPIHono<ActorEnv>({
   defaultHook: (result) => {
     if (!result.success)
       throw new AppError('validation_failed', 'Request validation failed', result.error.issues);
+    // The one storable-text check every route's input passes (lib/pg-text.ts), whatever the
+    // schema of the field says.
+    assertStorable(result.data);
   },
 });
 
@@ -65,7 +69,16 @@ reactionApi.openapi(
     responses: {
       200: json(S.Ticket, 'The same ticket again (a retried issuance)'),
       201: json(S.Ticket, 'A new ticket'),
-      ...S.errors(400, 401, 404, 409, 410, 413, 422, 429, 503),
+      ...S.errors(
+        ...S.COMMON_ERRORS,
+        ...S.BODY_ERRORS,
+        'not_found',
+        'intent_mismatch',
+        'conflict',
+        'operation_expired',
+        'operation_clock_skew',
+        'quota_exceeded',
+      ),
     },
   }),
   async (c) => {
@@ -115,7 +128,18 @@ reactionApi.openapi(
     },
     responses: {
       200: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
-      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 429, 503),
+      ...S.errors(
+        ...S.COMMON_ERRORS,
+        ...S.BODY_ERRORS,
+        'ticket_invalid',
+        'not_found',
+        'intent_mismatch',
+        'operation_retired',
+        'ticket_required',
+        'operation_expired',
+        'operation_outcome_unknown',
+        'legacy_contract_closed',
+      ),
     },
   }),
   async (c) => {
@@ -156,7 +180,18 @@ reactionApi.openapi(
     },
     responses: {
       200: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
-      ...S.errors(400, 401, 403, 404, 409, 410, 413, 426, 429, 503),
+      ...S.errors(
+        ...S.COMMON_ERRORS,
+        ...S.BODY_ERRORS,
+        'ticket_invalid',
+        'not_found',
+        'intent_mismatch',
+        'operation_retired',
+        'ticket_required',
+        'operation_expired',
+        'operation_outcome_unknown',
+        'legacy_contract_closed',
+      ),
     },
   }),
   async (c) => {
@@ -183,7 +218,10 @@ reactionApi.openapi(
     summary: 'The exact current reactions of a message',
     security,
     request: { params: S.MessageParams },
-    responses: { 200: json(S.MessageReactions, 'Current reactions'), ...S.errors(400, 401, 404, 429, 503) },
+    responses: {
+      200: json(S.MessageReactions, 'Current reactions'),
+      ...S.errors(...S.COMMON_ERRORS, 'not_found'),
+    },
   }),
   async (c) => {
     const { messageId } = c.req.valid('param');
@@ -205,7 +243,10 @@ reactionApi.openapi(
       params: S.MessageParams,
       body: { required: true, content: { 'application/json': { schema: S.ToggleRequest } } },
     },
-    responses: { 200: json(S.ToggleResult, 'Toggled'), ...S.errors(400, 401, 404, 413, 429, 503) },
+    responses: {
+      200: json(S.ToggleResult, 'Toggled'),
+      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, 'not_found'),
+    },
   }),
   async (c) => {
     const { messageId } = c.req.valid('param');

@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { ERROR_STATUS } from '../errors';
+import { ERROR_STATUS, type ErrorCode } from '../errors';
 import { isPgStorable } from '../lib/pg-text';
 import { operationStampMs } from './operation-id';
 import { normalizeEmoji } from './types';
@@ -134,23 +134,46 @@ export const ErrorBody = z
   })
   .openapi('Error');
 
-/** The one error shape, documented per status with the codes a client can switch on. */
-export function errors(...statuses: number[]) {
-  const out: Record<
-    number,
-    { description: string; content: { 'application/json': { schema: typeof ErrorBody } } }
-  > = {};
-  for (const status of statuses) {
-    const codes = Object.entries(ERROR_STATUS)
-      .filter(([, s]) => s === status)
-      .map(([code]) => code);
+/**
+ * The one error shape, documented per route with only the codes that route can answer,
+ * grouped by status (issue 29 hole 13: every status listed every code of its status, Lark,
+ * console and typing codes included). test/reaction-tickets/openapi.errors.test.ts checks the
+ * lists against the answers, and the /v1 fuzz group checks every answer it gets against them.
+ */
+export function errors(...codes: ErrorCode[]) {
+  const out: Record<number, { description: string; content: { 'application/json': { schema: z.ZodType } } }> =
+    {};
+  const byStatus = new Map<number, ErrorCode[]>();
+  for (const code of codes)
+    byStatus.set(ERROR_STATUS[code], [...(byStatus.get(ERROR_STATUS[code]) ?? []), code]);
+  for (const [status, list] of [...byStatus].sort((a, b) => a[0] - b[0]))
     out[status] = {
-      description: `Error: ${codes.join(', ')}`,
-      content: { 'application/json': { schema: ErrorBody } },
+      description: `Error: ${list.join(', ')}`,
+      content: {
+        'application/json': {
+          schema: z.object({
+            error: z.object({
+              code: z.enum(list as [ErrorCode, ...ErrorCode[]]),
+              message: z.string(),
+              requestId: z.string(),
+              details: z.unknown().optional(),
+            }),
+          }),
+        },
+      },
     };
-  }
   return out;
 }
+
+/** What every authenticated /v1 route can answer, whatever it does. */
+export const COMMON_ERRORS: ErrorCode[] = [
+  'validation_failed',
+  'unauthorized',
+  'rate_limited',
+  'service_unavailable',
+];
+/** And every route that takes a JSON body. */
+export const BODY_ERRORS: ErrorCode[] = ['bad_request', 'payload_too_large', 'unsupported_media_type'];
 
 export const MessageParams = z.object({
   messageId: Id.openapi({ param: { name: 'messageId', in: 'path' } }),

@@ -43,14 +43,19 @@ export function sameIntent(t: Pick<TicketRow, 'message_id' | 'emoji' | 'desired'
 }
 
 // One app_now() for both columns. The expiry is the window after the operation's stamp (or
-// after now, for a stamp up to MAX_FUTURE_STAMP_MS ahead), never later.
+// after now, for a stamp up to MAX_FUTURE_STAMP_MS ahead), never later. The window is decided
+// here, with the insert's own clock: issuance reads the time before it waits on the issuance
+// lock, and a window that ended during the wait inserts nothing (issue 29 hole 7; the row
+// would break `expires_at > created_at`) and is answered 410 like one past at the first read.
 const INSERT_SQL = `
-  with n as (select app_now() as now)
+  with n as (select app_now() as now,
+                    least(app_now(), to_timestamp($10::double precision / 1000)) + $9 * interval '1 second'
+                      as expires_at)
   insert into private.reaction_tickets
     (actor_id, operation_id, workspace_id, conversation_id, message_id, emoji, desired, key_version,
      created_at, expires_at)
-  select $1, $2, $3, $4, $5, $6, $7, $8, n.now,
-    least(n.now, to_timestamp($10::double precision / 1000)) + $9 * interval '1 second' from n
+  select $1, $2, $3, $4, $5, $6, $7, $8, n.now, n.expires_at from n
+  where n.expires_at > n.now
   on conflict (actor_id, operation_id) do nothing
   returning *`;
 
@@ -126,7 +131,19 @@ export async function issueTicket(
     input.ttlSeconds,
     stampMs,
   ]);
-  return { ticket: rows[0]!, replayed: false };
+  if (rows[0]) return { ticket: rows[0], replayed: false };
+  // Nothing inserted: the window ended while this waited on the issuance lock (under the
+  // operation lock no other issuance of this ID can have inserted it). Fresh time for the answer.
+  const { rows: after } = await client.query<{ now_ms: string }>(STATE_SQL, [actorId, operationId]);
+  const receipt = await findReceipt(client, actorId, operationId);
+  throw await expiredError(client, {
+    operationId,
+    stampMs,
+    expiredAt: expiresMs,
+    nowMs: Number(after[0]!.now_ms),
+    receipt: receipt && toReceipt(receipt),
+    messageId: intent.messageId,
+  });
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();

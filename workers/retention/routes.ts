@@ -4,6 +4,7 @@ import { z } from 'zod';
 import type { AppEnv } from '../context';
 import type { Env } from '../env';
 import { AppError } from '../errors';
+import { adminBearerToken } from '../lib/bearer';
 import { constantTimeEqual } from '../lib/constant-time';
 import { readJsonBody } from '../lib/json-body';
 import type { Actor } from './control';
@@ -26,7 +27,8 @@ type Credential = Actor['credential'];
  * own; stop (which only ever makes things safer) and status either.
  */
 function authorize(c: Context<AppEnv>, allowed: readonly Credential[]): Credential {
-  const given = c.req.header('authorization')?.replace(/^Bearer\s+/i, '') ?? '';
+  // The one admin form, exactly (lib/bearer.ts): the bare token is refused like any other.
+  const given = adminBearerToken(c.req.header('authorization')) ?? '';
   const scoped = c.var.config.RETENTION_ADMIN_TOKEN;
   const held: Credential | null =
     scoped && constantTimeEqual(given, scoped)
