@@ -7,6 +7,10 @@
 -- Unchanged otherwise: lock order, budgets, every other check and answer (migration 0115).
 -- A retirement is not re-checked: it only ever removes a possible write (a fence), and it
 -- answers before the message lock.
+-- Replacing a function takes a short lock on it; bounded like every new migration.
+set local lock_timeout = '5s';
+set local statement_timeout = '30s';
+
 create or replace function private.reaction_ticket_call(
   p_retire boolean,
   p_actor text,

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
-import { fileURLToPath } from 'node:url';
+// Node's URL, not the Workers runtime's global type (tsconfig loads both).
+import { fileURLToPath, URL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../../scripts/lib/ports';
 import { startWranglerDev, type WranglerDev } from '../../../scripts/lib/wrangler-dev';
