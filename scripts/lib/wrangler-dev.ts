@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 
 export interface WranglerDev {
   process: ChildProcess;
@@ -37,6 +38,8 @@ export function startWranglerDev(opts: {
 }): WranglerDev {
   // The mode applies only to a new file: never reuse one a crash left behind.
   rmSync(opts.envFile, { force: true });
+  // A fresh clone has no .local/ yet (npm run dev makes it; a test or bench may come first).
+  mkdirSync(dirname(opts.envFile), { recursive: true });
   writeFileSync(opts.envFile, envFileText(opts.vars), { mode: 0o600 });
   const child = spawn(
     `${opts.root}node_modules/.bin/wrangler`,

@@ -1,6 +1,12 @@
-import { createExecutionContext, createScheduledController, waitOnExecutionContext } from 'cloudflare:test';
+import {
+  createExecutionContext,
+  createScheduledController,
+  runDurableObjectAlarm,
+  waitOnExecutionContext,
+} from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
+import { actorHostStub } from '../../workers/effects/actor-host-stub';
 import { enqueueMessage, ensureInstance, loadInstance } from '../../workers/effects/mailbox';
 import { effectRegistry } from '../../workers/effects/registry';
 import type { Env } from '../../workers/env';
@@ -37,6 +43,12 @@ async function minuteCron(bindings: Env): Promise<void> {
   await waitOnExecutionContext(ctx);
 }
 
+/**
+ * The poll only schedules a host's pump (its alarm at now: issue 35); the harness parks alarms,
+ * so the test runs the one the poll set. False when the poll scheduled nothing.
+ */
+const pumpScheduled = (instance: string) => runDurableObjectAlarm(actorHostStub(env, instance));
+
 /** Work for the two later steps: a message whose wake-up was lost, an idle conversation. */
 async function laterWork() {
   const instance = await ensureInstance(pool, 'minute-cron-test', uid('c'));
@@ -57,6 +69,7 @@ describe('minute cron: one failing step never stops the others', () => {
       expect.objectContaining({ level: 'error', error: expect.objectContaining({ name: 'TypeError' }) }),
     ]);
     expect(logs.events('cron_failed')).toEqual([]);
+    expect(await pumpScheduled(instance)).toBe(true);
     expect(await seen(instance)).toEqual(['in:lost']);
     expect(await existing(pool, 'channel_conversations', 'id', [idle])).toEqual([]);
   });
@@ -81,12 +94,9 @@ describe('minute cron: one failing step never stops the others', () => {
     ]);
     expect(logs.events('effect_retention_failed').map((l) => l.table)).toEqual(['checks']);
     expect(logs.events('cron_failed')).toEqual([]);
-    // Polling ran: the lost message is delivered. The host's own pump then failed on the
-    // missing table after the delivery, and that failed wake-up is logged too.
+    // Polling ran: the host whose wake-up was lost is scheduled, and its pump delivers the message.
+    expect(await pumpScheduled(instance)).toBe(true);
     expect(await seen(instance)).toEqual(['in:lost']);
-    expect(logs.events('effect_wake_failed').filter((l) => l.instanceId === instance)).toEqual([
-      expect.objectContaining({ level: 'warn', via: 'poll' }),
-    ]);
     expect(await existing(pool, 'channel_conversations', 'id', [idle])).toEqual([]);
   });
 });
