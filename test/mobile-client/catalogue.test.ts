@@ -60,6 +60,9 @@ describe('localized recovery', () => {
     expect(kindOf('operation_retired', 409)).toBe('retired');
     expect(kindOf('not_found', 404)).toBe('permission_lost');
     expect(kindOf('quota_exceeded', 429)).toBe('quota');
+    // The request limiter's 429 is a "later", never a terminal quota; so is a newer server's 429.
+    expect(kindOf('rate_limited', 429)).toBeNull();
+    expect(kindOf('some_newer_limit', 429)).toBeNull();
     expect(kindOf('unauthorized', 401)).toBe('session_expired');
     for (const kind of KINDS)
       for (const locale of ['en', 'vi']) expect(DEFAULT_CATALOGUE[locale]?.[kind]?.title).toBeTruthy();

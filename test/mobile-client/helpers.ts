@@ -27,8 +27,11 @@ export class Network {
   private faults: { method: string; path: RegExp; fault: Fault; reached: () => void }[] = [];
   private holds: { method: string; path: RegExp; at: 'before-server' | 'after-server'; hold: Hold }[] = [];
 
-  /** `bindings` override the Worker's env (e.g. tighter quotas), as production would run it. */
-  constructor(private readonly bindings?: Record<string, unknown>) {}
+  /**
+   * `bindings` override the Worker's env (e.g. tighter quotas), as production would run it. A
+   * test may swap them between requests (e.g. a tight request limiter, then the usual one).
+   */
+  constructor(public bindings?: Record<string, unknown>) {}
 
   /**
    * Arms a one-shot fault. The promise resolves when a request has met it: for the faults

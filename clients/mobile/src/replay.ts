@@ -16,7 +16,10 @@ import type { ApiResult, Transport } from './transport';
 export interface BackoffOptions {
   baseMs: number;
   maxMs: number;
-  /** Quota refusals (429) of one issuance before it becomes terminal `quota`. */
+  /**
+   * Issuance-quota refusals (429 `quota_exceeded`) of one issuance before it becomes terminal
+   * `quota`. The request limiter's 429 (`rate_limited`) never counts: it is always retried.
+   */
   maxQuotaRefusals: number;
   random: () => number;
 }
@@ -106,10 +109,16 @@ export class Replayer {
       return 'session';
     }
     if (disposition === 'quota') {
+      // The issuance quota judges only new tickets. An entry that holds a ticket was answered
+      // on its write or retirement, which it still owes while the ticket can apply: wait and
+      // try again (a newer server's surprise is a "later", never an end).
+      if (entry.ticket) return this.later(entry, res.code, res.retryAfterMs);
       entry.quotaRefusals += 1;
       if (entry.quotaRefusals < this.backoff.maxQuotaRefusals)
         return this.later(entry, res.code, res.retryAfterMs);
-      // Only issuance answers 429, so no ticket exists and nothing of this choice applied.
+      // Its issuance was refused and the entry holds no ticket, so no write of this choice
+      // ever left the device: nothing of it can apply, even if an earlier issuance whose
+      // answer was lost made a ticket (only that lost answer carried it).
       return this.finish(entry, entry.supersededBy ? 'superseded' : 'quota', res.code, {});
     }
     const details = (res.details ?? {}) as Partial<ExpiredDetails>;
