@@ -99,8 +99,8 @@ export class Replayer {
       // Only issuance judges stamps, so no ticket exists under this ID, and none ever did:
       // its stamp was ahead of server time at every earlier try too.
       if (!entry.ticket && !entry.supersededBy && (entry.restamps ?? 0) < MAX_RESTAMPS)
-        return this.restamp(entry, token);
-      return this.finish(entry, entry.supersededBy ? 'superseded' : 'rejected', res.code, {}, token);
+        return this.restamp(entry, token, stop);
+      return this.finish(entry, entry.supersededBy ? 'superseded' : 'rejected', res.code, {}, { token, stop });
     }
     if (disposition === 'retry') return this.later(entry, res.code, res.retryAfterMs);
     if (disposition === 'session') {
@@ -133,16 +133,17 @@ export class Replayer {
         ? 'superseded'
         : disposition;
     if (disposition === 'permission_lost') known.message = null;
-    return this.finish(entry, outcome, res.code, known, token, stop);
+    return this.finish(entry, outcome, res.code, known, { token, stop });
   }
 
   /**
    * The server refused the operation's stamp as ahead of its clock: the same choice gets a
    * new ID stamped when it was made, on the corrected clock. A re-stamp only ever moves the
    * stamp back (never makes a choice younger than its first stamp said), and the old ID was
-   * never issued, so nothing of it can apply.
+   * never issued, so nothing of it can apply. The step under the new ID carries the session's
+   * stop signal like any other: a sign-out while the re-stamp is journaled sends nothing.
    */
-  private async restamp(entry: JournalEntry, token: string): Promise<StepEnd> {
+  private async restamp(entry: JournalEntry, token: string, stop: AbortSignal | undefined): Promise<StepEnd> {
     const from = entry.operationId;
     const corrected = entry.createdAt + (await this.clock.offset());
     entry.operationId = this.mint(Math.min(corrected, operationStampMs(from) ?? corrected));
@@ -152,7 +153,7 @@ export class Replayer {
     entry.lastError = 'operation_clock_skew';
     await this.journal.rename(entry, from);
     this.changed(entry);
-    return this.step(entry, token);
+    return this.step(entry, token, stop);
   }
 
   private async later(entry: JournalEntry, why: string, retryAfterMs: number | null): Promise<StepEnd> {
@@ -174,12 +175,12 @@ export class Replayer {
     outcome: Outcome,
     code: string | null,
     known: { receipt?: Receipt | null; message?: MessageReactions | null },
-    token?: string,
-    stop?: AbortSignal,
+    // The state read goes out under the session's token and stop signal, always the two together.
+    session?: { token: string; stop: AbortSignal | undefined },
   ): Promise<StepEnd> {
     let message = known.message;
-    if (message === undefined && token) {
-      const read = await this.transport.reactions(token, entry.intent.messageId, stop);
+    if (message === undefined && session) {
+      const read = await this.transport.reactions(session.token, entry.intent.messageId, session.stop);
       // Signed out before the state was read: record nothing; the terminal answer repeats
       // (it is idempotent) on the next sign-in, and the read with it.
       if (read.kind === 'stopped') return 'stopped';
