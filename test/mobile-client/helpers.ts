@@ -188,7 +188,7 @@ export async function serverRows(pool: Pool, actorId: string) {
 }
 
 /**
- * A device disk whose next matching write can be held: the value is stored at once (writes
+ * A device disk whose next matching write (or read) can be held: the value is stored at once (writes
  * land in the order they were made, as AsyncStorage and SQLite do) but the promise resolves
  * only on `release()`. Lets a test choose which journaling step finishes first.
  */
@@ -199,6 +199,25 @@ export class HeldStore extends MemoryStore {
     const hold = newHold();
     this.holds.push({ match, hold });
     return hold;
+  }
+
+  private readHolds: { match: (key: string) => boolean; hold: Hold }[] = [];
+
+  /** Holds the next read of a matching key: it resolves (with the value at release) on `release()`. */
+  holdRead(match: (key: string) => boolean): Hold {
+    const hold = newHold();
+    this.readHolds.push({ match, hold });
+    return hold;
+  }
+
+  override async getItem(key: string): Promise<string | null> {
+    const i = this.readHolds.findIndex((h) => h.match(key));
+    if (i >= 0) {
+      const { hold } = this.readHolds.splice(i, 1)[0]!;
+      hold.markReached();
+      await hold.released;
+    }
+    return super.getItem(key);
   }
 
   override async setItem(key: string, value: string): Promise<void> {
