@@ -77,6 +77,15 @@ describe('localized recovery', () => {
     }
   });
 
+  it('quota is terminal and covers both issuance refusals (rate and outstanding): it never says the reaction is waiting or pending', () => {
+    for (const locale of ['en', 'vi']) {
+      const t = recoveryText('quota', { locale, emoji: '👍', reflected: 'unknown' });
+      expect(`${t.title} ${t.body}`).not.toMatch(/waiting|pending|still|đang chờ|chưa gửi xong/i);
+      expect(t.body).toMatch(/not been sent|chưa được gửi/);
+      expect(t.action).toBe('retry');
+    }
+  });
+
   it('a team can extend the catalogue; missing keys fall back to English', () => {
     const cat = extendCatalogue(DEFAULT_CATALOGUE, {
       fr: { expired: { title: 'Réaction non confirmée', body: '{emoji} : {state}', actionLabel: 'Réagir' } },

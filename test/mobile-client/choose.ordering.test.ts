@@ -55,7 +55,7 @@ describe('two quick choices on the same reaction: the newest always wins', () =>
     expect(await serverRows(pool, actorId)).toEqual({ tickets: 2, receipts: 2, fences: 0 });
   });
 
-  it('cold start: the older choice\'s first read (the stored clock offset) answers last; the newest still wins', async () => {
+  it("cold start: the older choice's first read (the stored clock offset) answers last; the newest still wins", async () => {
     const { actorId, token, messageId } = await world();
     const storage = new HeldStore();
     const d = device({ storage });

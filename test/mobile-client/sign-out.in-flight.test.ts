@@ -102,7 +102,9 @@ describe('signOut() stops the step in flight', () => {
     // The device clock is an hour fast: the first issuance is refused as skewed (422).
     const d = device({ storage, clock: new ManualScheduler((await dbNowMs(pool)) + 3_600_000) });
     await d.client.signIn({ actorId, token });
-    const restamping = storage.holdWrite((_key, value) => Boolean((JSON.parse(value) as JournalEntry).restampedFrom));
+    const restamping = storage.holdWrite((_key, value) =>
+      Boolean((JSON.parse(value) as JournalEntry).restampedFrom),
+    );
     const entry = await d.client.choose({ messageId, emoji: '🧭', desired: 'present' });
     const firstId = entry.operationId;
     const pass = d.client.sync();

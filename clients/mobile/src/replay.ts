@@ -48,24 +48,27 @@ export class Replayer {
 
   /** `stop` is the session's sign-out signal: every request of this step checks it first. */
   async step(entry: JournalEntry, token: string, stop?: AbortSignal): Promise<StepEnd> {
+    // A write of this operation left the device on an earlier attempt without a terminal
+    // answer: it may have applied, so no refusal of this attempt can say it was not accepted.
+    const wroteBefore = entry.writeSent;
     if (!entry.ticket) {
       // Nothing ever left the device: a replaced choice can simply end here.
       if (entry.supersededBy && !entry.issueSent) return this.finish(entry, 'superseded', null, {});
       entry.issueSent = true;
       await this.save(entry);
       const issued = await this.transport.issue(token, entry.operationId, entry.intent, stop);
-      if (issued.kind !== 'ok') return this.failed(entry, token, issued, stop);
+      if (issued.kind !== 'ok') return this.failed(entry, token, issued, stop, wroteBefore);
       // A new ticket's issuedAt is the server's time now (a replayed one's is older).
       if (!issued.body.replayed) await this.clock.learn(issued.body.issuedAt);
       entry.ticket = { token: issued.body.ticket, expiresAt: issued.body.expiresAt };
       entry.quotaRefusals = 0;
       await this.save(entry);
     }
-    if (entry.supersededBy) return this.retire(entry, token, entry.ticket.token, stop);
+    if (entry.supersededBy) return this.retire(entry, token, entry.ticket.token, stop, wroteBefore);
     entry.writeSent = true;
     await this.save(entry);
     const res = await this.transport.write(token, entry.operationId, entry.ticket.token, entry.intent, stop);
-    if (res.kind !== 'ok') return this.failed(entry, token, res, stop);
+    if (res.kind !== 'ok') return this.failed(entry, token, res, stop, wroteBefore);
     return this.finish(entry, 'applied', null, { receipt: res.body.receipt, message: res.body.message });
   }
 
@@ -75,9 +78,10 @@ export class Replayer {
     token: string,
     ticket: string,
     stop: AbortSignal | undefined,
+    wroteBefore: boolean,
   ): Promise<StepEnd> {
     const res = await this.transport.retire(token, entry.operationId, ticket, stop);
-    if (res.kind !== 'ok') return this.failed(entry, token, res, stop);
+    if (res.kind !== 'ok') return this.failed(entry, token, res, stop, wroteBefore);
     return this.finish(entry, 'superseded', null, {
       receipt: res.body.receipt ?? null,
       message: res.body.message,
@@ -89,6 +93,7 @@ export class Replayer {
     token: string,
     res: Failure,
     stop: AbortSignal | undefined,
+    wroteBefore: boolean,
   ): Promise<StepEnd> {
     // Signed out: not an attempt; the entry stays as persisted before the request.
     if (res.kind === 'stopped') return 'stopped';
@@ -100,7 +105,13 @@ export class Replayer {
       // its stamp was ahead of server time at every earlier try too.
       if (!entry.ticket && !entry.supersededBy && (entry.restamps ?? 0) < MAX_RESTAMPS)
         return this.restamp(entry, token, stop);
-      return this.finish(entry, entry.supersededBy ? 'superseded' : 'rejected', res.code, {}, { token, stop });
+      return this.finish(
+        entry,
+        entry.supersededBy ? 'superseded' : 'rejected',
+        res.code,
+        {},
+        { token, stop },
+      );
     }
     if (disposition === 'retry') return this.later(entry, res.code, res.retryAfterMs);
     if (disposition === 'session') {
@@ -126,14 +137,42 @@ export class Replayer {
       receipt: details.receipt ?? null,
       message: details.message ?? undefined,
     };
-    // A replaced choice that can no longer apply (expired, retired) has reached its goal.
-    const outcome: Outcome =
+    if (disposition === 'permission_lost') known.message = null;
+    return this.finish(
+      entry,
+      this.outcomeOf(entry, disposition, known.receipt, wroteBefore),
+      res.code,
+      known,
+      {
+        token,
+        stop,
+      },
+    );
+  }
+
+  /**
+   * The terminal outcome of a refusal, chosen so that the words shown for it are true
+   * whatever the earlier attempts did (docs/mobile-client.md "Every message is true"):
+   * - a replaced choice that can no longer apply (expired, retired, unknown) reached its goal;
+   * - an expiry whose answer carries the operation's receipt applied: the receipt says so;
+   * - a refusal (`rejected`, e.g. 403 `ticket_invalid` once the ticket's key version is
+   *   removed) after an earlier write left without an answer says nothing about that write,
+   *   which may have applied: the outcome is `unknown`, shown with the current state.
+   */
+  private outcomeOf(
+    entry: JournalEntry,
+    disposition: Exclude<ReturnType<typeof dispositionOf>, 'retry' | 'quota' | 'session' | 'restamp'>,
+    receipt: Receipt | null,
+    wroteBefore: boolean,
+  ): Outcome {
+    if (
       entry.supersededBy &&
       (disposition === 'expired' || disposition === 'retired' || disposition === 'unknown')
-        ? 'superseded'
-        : disposition;
-    if (disposition === 'permission_lost') known.message = null;
-    return this.finish(entry, outcome, res.code, known, { token, stop });
+    )
+      return 'superseded';
+    if (disposition === 'expired' && receipt) return 'applied';
+    if (disposition === 'rejected' && wroteBefore) return 'unknown';
+    return disposition;
   }
 
   /**
