@@ -167,6 +167,12 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
     const config = this.config();
     const store = this.store();
     const ackAtStart = store.read().stopGeneration;
+    // A stop acknowledged here whose database fence has not committed (still waiting, or it
+    // failed: `confirmed: false`) has a generation above the database's. An enable at the
+    // database's generation would pass the compare-and-set before the fence moves the row, and
+    // then be answered `enabled: true` while the stop is confirmed: refused, nothing written.
+    // Only a confirmed stop (a new one, if this one failed) brings the two generations level.
+    if (request.generation < ackAtStart) return this.refusedUnfenced(request.generation, ackAtStart);
     const pool = openPool(config, 1);
     let checked: { prerequisites: Prerequisites; control: Control | null; current: number };
     try {
@@ -196,11 +202,17 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
       generation,
     });
     if (!control) return changed(checked.current);
+    // Budgets can only be lowered, to any value down to 0 (0: no batch, no run): an absent one
+    // leaves the stored budget as it is; a present 0 is a budget of 0, never "absent".
     const capped = {
       dbBatchBudget:
-        request.dbBatchBudget && Math.min(request.dbBatchBudget, config.RETENTION_DAILY_DB_BATCHES),
+        request.dbBatchBudget === undefined
+          ? undefined
+          : Math.min(request.dbBatchBudget, config.RETENTION_DAILY_DB_BATCHES),
       workerOpBudget:
-        request.workerOpBudget && Math.min(request.workerOpBudget, config.RETENTION_DAILY_WORKER_OPS),
+        request.workerOpBudget === undefined
+          ? undefined
+          : Math.min(request.workerOpBudget, config.RETENTION_DAILY_WORKER_OPS),
     };
     // A stop acknowledged while the transaction ran bumped the stored generation; its own
     // database fence (queued behind or after ours) turns the row off again.
@@ -212,6 +224,18 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
       credential: request.actor.credential,
     });
     return { enabled: true, refused: null, reason: null, prerequisites, status: await this.status() };
+  }
+
+  private refusedUnfenced(requested: number, acknowledged: number): EnableResult {
+    return {
+      enabled: false,
+      refused: 'generation_changed',
+      reason:
+        `A stop (generation ${acknowledged}) was acknowledged and its database fence has not committed ` +
+        `(still in progress, or it failed): wait for the stop's answer, or stop again, then enable with ` +
+        `the generation the status shows (not ${requested}).`,
+      generation: acknowledged,
+    };
   }
 
   /**

@@ -60,6 +60,9 @@ describe('localized recovery', () => {
     expect(kindOf('operation_retired', 409)).toBe('retired');
     expect(kindOf('not_found', 404)).toBe('permission_lost');
     expect(kindOf('quota_exceeded', 429)).toBe('quota');
+    // The request limiter's 429 is a "later", never a terminal quota; so is a newer server's 429.
+    expect(kindOf('rate_limited', 429)).toBeNull();
+    expect(kindOf('some_newer_limit', 429)).toBeNull();
     expect(kindOf('unauthorized', 401)).toBe('session_expired');
     for (const kind of KINDS)
       for (const locale of ['en', 'vi']) expect(DEFAULT_CATALOGUE[locale]?.[kind]?.title).toBeTruthy();
@@ -71,6 +74,15 @@ describe('localized recovery', () => {
       const absent = recoveryText('expired', { locale, emoji: '👍', reflected: 'absent' }).body;
       expect(present).not.toBe(absent);
       expect(`${present} ${absent}`).not.toMatch(/did not apply|was not applied|không được áp dụng/i);
+    }
+  });
+
+  it('quota is terminal and covers both issuance refusals (rate and outstanding): it never says the reaction is waiting or pending', () => {
+    for (const locale of ['en', 'vi']) {
+      const t = recoveryText('quota', { locale, emoji: '👍', reflected: 'unknown' });
+      expect(`${t.title} ${t.body}`).not.toMatch(/waiting|pending|still|đang chờ|chưa gửi xong/i);
+      expect(t.body).toMatch(/not been sent|chưa được gửi/);
+      expect(t.action).toBe('retry');
     }
   });
 

@@ -55,6 +55,29 @@ describe('two quick choices on the same reaction: the newest always wins', () =>
     expect(await serverRows(pool, actorId)).toEqual({ tickets: 2, receipts: 2, fences: 0 });
   });
 
+  it("cold start: the older choice's first read (the stored clock offset) answers last; the newest still wins", async () => {
+    const { actorId, token, messageId } = await world();
+    const storage = new HeldStore();
+    const d = device({ storage });
+    await d.client.signIn({ actorId, token });
+    // A fresh client has read nothing yet: each choice's stamp reads the stored clock offset.
+    // The older choice's read is held until the newer choice has journaled completely.
+    const clockRead = storage.holdRead((key) => key.startsWith('reaction-clock/'));
+    const olderP = d.client.choose({ messageId, emoji: '🧊', desired: 'present' });
+    await clockRead.reached;
+    const newer = await d.client.choose({ messageId, emoji: '🧊', desired: 'absent' });
+    clockRead.release();
+    const older = await olderP;
+    expect(newer.seq).toBeGreaterThan(older.seq);
+    expect(older.supersededBy).toBe(newer.operationId);
+    expect(newer.supersededBy).toBeNull();
+    await syncUntilIdle(d);
+    expect(newer.terminal).toMatchObject({ outcome: 'applied', reflected: 'absent' });
+    expect(older.terminal?.outcome).toBe('superseded');
+    expect((await reactions(token, messageId)).body.reactions).toEqual([]);
+    expect(d.network.count('POST', ISSUE)).toBe(1); // the older never left the device
+  });
+
   for (const finishesFirst of ['newer', 'older'] as const) {
     it(`the ${finishesFirst} choice's journaling finishes first (forced): the newest is still what the server ends with`, async () => {
       const { actorId, token, messageId } = await world();

@@ -27,8 +27,11 @@ export class Network {
   private faults: { method: string; path: RegExp; fault: Fault; reached: () => void }[] = [];
   private holds: { method: string; path: RegExp; at: 'before-server' | 'after-server'; hold: Hold }[] = [];
 
-  /** `bindings` override the Worker's env (e.g. tighter quotas), as production would run it. */
-  constructor(private readonly bindings?: Record<string, unknown>) {}
+  /**
+   * `bindings` override the Worker's env (e.g. tighter quotas), as production would run it. A
+   * test may swap them between requests (e.g. a tight request limiter, then the usual one).
+   */
+  constructor(public bindings?: Record<string, unknown>) {}
 
   /**
    * Arms a one-shot fault. The promise resolves when a request has met it: for the faults
@@ -185,7 +188,7 @@ export async function serverRows(pool: Pool, actorId: string) {
 }
 
 /**
- * A device disk whose next matching write can be held: the value is stored at once (writes
+ * A device disk whose next matching write (or read) can be held: the value is stored at once (writes
  * land in the order they were made, as AsyncStorage and SQLite do) but the promise resolves
  * only on `release()`. Lets a test choose which journaling step finishes first.
  */
@@ -196,6 +199,25 @@ export class HeldStore extends MemoryStore {
     const hold = newHold();
     this.holds.push({ match, hold });
     return hold;
+  }
+
+  private readHolds: { match: (key: string) => boolean; hold: Hold }[] = [];
+
+  /** Holds the next read of a matching key: it resolves (with the value at release) on `release()`. */
+  holdRead(match: (key: string) => boolean): Hold {
+    const hold = newHold();
+    this.readHolds.push({ match, hold });
+    return hold;
+  }
+
+  override async getItem(key: string): Promise<string | null> {
+    const i = this.readHolds.findIndex((h) => h.match(key));
+    if (i >= 0) {
+      const { hold } = this.readHolds.splice(i, 1)[0]!;
+      hold.markReached();
+      await hold.released;
+    }
+    return super.getItem(key);
   }
 
   override async setItem(key: string, value: string): Promise<void> {

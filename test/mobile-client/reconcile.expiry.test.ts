@@ -29,8 +29,10 @@ describe('terminal reconciliation on expiry', () => {
     d.clock.advance(60_000);
     await d.client.sync();
     const truth = (await reactions(token, messageId)).body;
+    // The 410 carries the operation's receipt: it applied, and the device says so (it never
+    // shows "could not confirm in time" while it holds the receipt; issue 29 hole 6).
     expect(entry.terminal).toMatchObject({
-      outcome: 'expired',
+      outcome: 'applied',
       code: 'operation_expired',
       reflected: 'present',
     });
@@ -41,11 +43,27 @@ describe('terminal reconciliation on expiry', () => {
     d.clock.advance(10 * 60_000);
     await d.client.sync();
     expect(d.network.log.length).toBe(sent);
-    // The message shows the truth and never claims the reaction did not apply.
+    expect(recoveryFor(entry, 'en')).toBeNull();
+    expect(recoveryFor(entry, 'vi')).toBeNull();
+  });
+
+  it('expiry after a write that never arrived: no receipt, so the words say it could not be confirmed, with the truth', async () => {
+    const w = await seedWorld();
+    const [actorId, token, messageId] = [w.actors[0]!, w.tokens[0]!, w.messages[0]!];
+    const d = device();
+    await d.client.signIn({ actorId, token });
+    d.network.fault('PUT', WRITE, 'drop-request');
+    const entry = await d.client.choose({ messageId, emoji: '✅', desired: 'present' });
+    await d.client.sync(); // the write never reached the server; the device does not know
+    await advanceDbClock(pool, PAST_EXPIRY);
+    d.clock.advance(60_000);
+    await d.client.sync();
+    expect(entry.terminal).toMatchObject({ outcome: 'expired', receipt: null, reflected: 'absent' });
     const text = recoveryFor(entry, 'en')!;
     expect(text).toMatchObject({ kind: 'expired', action: 'react_again' });
-    expect(text.body).toContain('currently shows your ✅ reaction');
-    expect(recoveryFor(entry, 'vi')!.body).toContain('hiện đang hiển thị cảm xúc ✅');
+    expect(text.body).toContain('currently does not show your ✅ reaction');
+    expect(recoveryFor(entry, 'vi')!.body).toContain('hiện không hiển thị cảm xúc ✅');
+    expect(await serverRows(pool, actorId)).toEqual({ tickets: 1, receipts: 0, fences: 0 });
   });
 
   it('expiry while offline before the write: the true state is exposed and no new operation is minted', async () => {

@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { type JournalEntry, statusOf } from '../../clients/mobile/src';
-import { testPool } from '../helpers/db';
+import { type JournalEntry, ManualScheduler, statusOf } from '../../clients/mobile/src';
+import { dbNowMs, testPool } from '../helpers/db';
 import { reactions, seedWorld } from '../reaction-tickets/helpers';
 import { device, HeldStore, ISSUE, serverRows, WRITE } from './helpers';
 
@@ -94,6 +94,37 @@ describe('signOut() stops the step in flight', () => {
     expect(d.network.served.slice(servedAtSignOut)).toEqual([]);
     expect(await serverRows(pool, actorId)).toEqual({ tickets: 1, receipts: 0, fences: 0 });
     expect(entry.terminal).toBeNull();
+  });
+
+  it('signed out while a re-stamp is being journaled: the re-stamped issuance is never sent', async () => {
+    const { actorId, token, messageId } = await world();
+    const storage = new HeldStore();
+    // The device clock is an hour fast: the first issuance is refused as skewed (422).
+    const d = device({ storage, clock: new ManualScheduler((await dbNowMs(pool)) + 3_600_000) });
+    await d.client.signIn({ actorId, token });
+    const restamping = storage.holdWrite((_key, value) =>
+      Boolean((JSON.parse(value) as JournalEntry).restampedFrom),
+    );
+    const entry = await d.client.choose({ messageId, emoji: '🧭', desired: 'present' });
+    const firstId = entry.operationId;
+    const pass = d.client.sync();
+    await restamping.reached; // 422 answered, the new ID being persisted, its issuance next
+    const signedOut = d.client.signOut();
+    const servedAtSignOut = d.network.served.length;
+    restamping.release();
+    await signedOut;
+    await pass;
+    expect(d.network.served.slice(servedAtSignOut)).toEqual([]);
+    expect(d.network.count('POST', ISSUE)).toBe(1);
+    // `issueSent` is persisted before the request (it may have left, as far as the journal knows).
+    expect(entry).toMatchObject({ restampedFrom: firstId, ticket: null, terminal: null });
+    expect(await serverRows(pool, actorId)).toEqual({ tickets: 0, receipts: 0, fences: 0 });
+
+    // Signed back in: the re-stamped choice is issued and applies once.
+    await d.client.signIn({ actorId, token });
+    await d.client.sync();
+    expect(entry.terminal).toMatchObject({ outcome: 'applied', reflected: 'present' });
+    expect(await serverRows(pool, actorId)).toEqual({ tickets: 1, receipts: 1, fences: 0 });
   });
 
   it('a pass that has not started a step yet sends nothing after signOut resolves', async () => {

@@ -1,3 +1,4 @@
+import { env } from 'cloudflare:workers';
 import { afterAll, describe, expect, it } from 'vitest';
 import { recoveryFor } from '../../clients/mobile/src';
 import { testPool } from '../helpers/db';
@@ -34,6 +35,34 @@ describe('terminal states other than expiry', () => {
     // The user acknowledges it; only then does it leave the journal.
     expect(await d.client.dismiss(entry.operationId)).toBe(true);
     expect(await d.client.entries()).toEqual([]);
+  });
+
+  it('a replay of an applied write after its ticket key version was removed: unknown with the truth, never "not accepted"', async () => {
+    const w = await seedWorld();
+    const [actorId, token, messageId] = [w.actors[0]!, w.tokens[0]!, w.messages[0]!];
+    const d = device();
+    await d.client.signIn({ actorId, token });
+    d.network.fault('PUT', WRITE, 'lose-response');
+    const entry = await d.client.choose({ messageId, emoji: '🔑', desired: 'present' });
+    await d.client.sync(); // applied on the server, the answer lost
+    expect(entry.ticket?.token).toMatch(/^rt1\.2\./);
+    // The operator removes key version 2 (the one the ticket is signed under).
+    const keys = JSON.parse(env.SECRET_KEYS as unknown as string) as Record<string, string>;
+    d.network.bindings = { SECRET_KEYS: JSON.stringify({ '1': keys['1'] }) };
+    d.clock.advance(60_000);
+    await d.client.sync();
+    expect(entry.terminal).toMatchObject({
+      outcome: 'unknown',
+      code: 'ticket_invalid',
+      reflected: 'present',
+    });
+    for (const locale of ['en', 'vi']) {
+      const text = recoveryFor(entry, locale)!;
+      expect(text.kind).toBe('unknown');
+      expect(text.body).not.toMatch(/did not accept|không chấp nhận/);
+    }
+    expect(recoveryFor(entry, 'en')!.body).toContain('currently shows your 🔑 reaction');
+    expect(await serverRows(pool, actorId)).toEqual({ tickets: 1, receipts: 1, fences: 0 });
   });
 
   it('quota refusals wait Retry-After, then end as `quota` with a retry that reuses the operation ID', async () => {

@@ -4,6 +4,7 @@ import { deleteBatch } from '../../workers/retention/batch';
 import { advanceDbClock, dbNowMs, setDbClockOffset, testPool } from '../helpers/db';
 import { runSteps } from '../housekeeping/helpers';
 import {
+  call,
   DAY_MS,
   issue,
   opId,
@@ -184,5 +185,59 @@ describe('a forgotten operation stays dead (item 1)', () => {
     expect(await snapshot(pool, message, actor)).toEqual(before);
     // A legacy client's own IDs (no stamp) keep the legacy contract's behaviour.
     expect((await put(token, crypto.randomUUID(), undefined, intent)).status).toBe(200);
+  });
+});
+
+describe('raising REACTION_TICKET_TTL_SECONDS never reopens an operation (issue 29 hole 4)', () => {
+  const RAISED = { REACTION_TICKET_TTL_SECONDS: String(90 * 86_400) };
+  const issueWith = (token: string, operationId: string, intent: object, env?: Record<string, unknown>) =>
+    call('POST', '/v1/reaction-tickets', { token, body: { operationId, ...intent }, env });
+
+  it('an operation forgotten under 7 days is refused after the TTL is raised to 90; one stamped after the raise gets 90', async () => {
+    const w = await seedWorld();
+    const [actor, token, message] = [w.actors[0]!, w.tokens[0]!, w.messages[0]!];
+    const thumbs = { messageId: message, emoji: '👍' };
+    // The old choice, issued under 7 days; its answer never reached the device.
+    const old = opId();
+    expect((await issue(token, old, { ...thumbs, desired: 'present' })).status).toBe(201);
+    const newer = opId();
+    const t = await ticketFor(token, newer, { ...thumbs, desired: 'absent' });
+    expect((await put(token, newer, t, { ...thumbs, desired: 'absent' })).status).toBe(200);
+    await advanceDbClock(pool, 37 * DAY_MS + 3_600_000);
+    expect((await forgetEverythingDue()).tickets).toBeGreaterThanOrEqual(2);
+    expect(await rowsOf(actor, old)).toEqual({ tickets: 0, receipts: 0 });
+
+    // The operator raises the window to 90 days; the device resumes its old operation.
+    const before = await snapshot(pool, message, actor);
+    const again = await issueWith(token, old, { ...thumbs, desired: 'present' }, RAISED);
+    expect(again.status, JSON.stringify(again.body)).toBe(410);
+    expect(again.body.error.code).toBe('operation_expired');
+    expect(Date.parse(again.body.error.details.expiredAt)).toBe(operationStampMs(old)! + WINDOW_MS);
+    expect(await rowsOf(actor, old)).toEqual({ tickets: 0, receipts: 0 });
+    expect(await snapshot(pool, message, actor)).toEqual(before);
+
+    // The raise is in force once an issuance under it commits (the refused one above rolled
+    // back); a choice stamped after that gets the raised window.
+    const first = await issueWith(token, opId(), { ...thumbs, emoji: '🎈', desired: 'present' }, RAISED);
+    expect(first.status).toBe(201);
+    await advanceDbClock(pool, 1000);
+    const fresh = opId();
+    const issued = await issueWith(token, fresh, { ...thumbs, desired: 'present' }, RAISED);
+    expect(issued.status, JSON.stringify(issued.body)).toBe(201);
+    expect(Date.parse(issued.body.expiresAt) - operationStampMs(fresh)!).toBe(90 * DAY_MS);
+  });
+
+  it('a window lowered and raised again: an operation stamped before the lowering keeps the lowest window it was under', async () => {
+    const w = await seedWorld();
+    const [token, message] = [w.tokens[0]!, w.messages[0]!];
+    const intent = { messageId: message, emoji: '🔥', desired: 'present' };
+    const stamped = opId();
+    // The window is lowered to one day (an issuance runs under it), then raised back.
+    const lowered = { REACTION_TICKET_TTL_SECONDS: String(86_400) };
+    expect((await issueWith(token, opId(), { ...intent, emoji: '🧊' }, lowered)).status).toBe(201);
+    await advanceDbClock(pool, 2 * DAY_MS);
+    const res = await issueWith(token, stamped, intent);
+    expect(res.status, JSON.stringify(res.body)).toBe(410);
+    expect(Date.parse(res.body.error.details.expiredAt)).toBe(operationStampMs(stamped)! + DAY_MS);
   });
 });

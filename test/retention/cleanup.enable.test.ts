@@ -54,6 +54,47 @@ describe('enable against a stop', () => {
     });
   });
 
+  it('an enable after a stop was acknowledged but before its database fence committed is refused, and writes nothing', async () => {
+    const generation = await currentGeneration();
+    const controlBefore = (await owner().status()).control;
+    const holder = await pool.connect();
+    let stopped: StopResult;
+    let refused: EnableResult;
+    try {
+      // The fence cannot take the control row: the stop is acknowledged (the object's stop
+      // generation moved on, execution off) and its fence waits, here until its budget ends.
+      await holder.query('begin');
+      await holder.query('lock table private.retention_control in access exclusive mode');
+      const stopping = cleanupWorker().stop({ actor: ACTOR });
+      await blockedBehind(pool, await backendPid(holder));
+      // An enable with the database's generation, which the fence has not moved yet.
+      refused = await cleanupWorker().enable({ generation, actor: ACTOR });
+      stopped = await stopping;
+    } finally {
+      await holder.query('commit');
+      holder.release();
+    }
+    // The fence is free again but the stop was never confirmed: enabling is still refused.
+    const after = await cleanupWorker().enable({ generation, actor: ACTOR });
+    expect(after).toMatchObject({ enabled: false, refused: 'generation_changed' });
+    expect(stopped.confirmed).toBe(false);
+    expect(refused).toMatchObject({
+      enabled: false,
+      refused: 'generation_changed',
+      generation: stopped.stopGeneration,
+    });
+    expect(stopped.stopGeneration).toBeGreaterThan(generation);
+    // Nothing was written: the database row is as the (unconfirmed) stop found it.
+    expect(await owner().status()).toMatchObject({ enabled: false, control: controlBefore });
+    // The acknowledged stop must be confirmed first: a new stop does; then the generation it
+    // shows enables.
+    const again = await cleanupWorker().stop({ actor: ACTOR });
+    expect(again.confirmed).toBe(true);
+    const enabled = await cleanupWorker().enable({ generation: await currentGeneration(), actor: ACTOR });
+    expect(enabled.enabled).toBe(true);
+    await cleanupWorker().stop({ actor: ACTOR });
+  }, 30_000);
+
   it('an enable carrying a generation read before a stop is refused and changes nothing', async () => {
     const stale = await currentGeneration();
     const stopped = await cleanupWorker().stop({ actor: ACTOR });

@@ -159,6 +159,35 @@ describe('bounds', () => {
     expect(await countRows(pool, d)).toMatchObject({ receipts: 0 });
   });
 
+  it('budgets of 0 on enable are budgets of 0: no batch and no run, nothing deleted', async () => {
+    const d = await seedDirectory(pool);
+    await seedReceipts(pool, d, 10, OLD);
+    const res = await owner().enable({
+      actor: ACTOR,
+      generation: await currentGeneration(),
+      dbBatchBudget: 0,
+      workerOpBudget: 0,
+    });
+    expect(res.enabled).toBe(true);
+    expect((await status()).budgets).toMatchObject({
+      dbBatches: { used: 0, limit: 0 },
+      workerOps: { used: 0, limit: 0 },
+    });
+    expect(await runOnce()).toMatchObject({ ran: false, reason: 'budget' });
+    expect(await countRows(pool, d)).toMatchObject({ receipts: 10 });
+    // A database budget of 0 alone: the run starts and admits no batch.
+    await owner().enable({
+      actor: ACTOR,
+      generation: await currentGeneration(),
+      dbBatchBudget: 0,
+      workerOpBudget: 5,
+    });
+    expect((await runOnce()).run).toMatchObject({ outcome: 'budget', batches: 0, rowsDeleted: 0 });
+    expect(await countRows(pool, d)).toMatchObject({ receipts: 10 });
+    // The rows this test kept are not the next test's to delete.
+    await pool.query('delete from private.chat_reaction_operations where actor_id = $1', [d.actorId]);
+  });
+
   it('stops at the fixed execution deadline; the next run resumes', async () => {
     const d = await seedDirectory(pool);
     await seedReceipts(pool, d, 2000, OLD);

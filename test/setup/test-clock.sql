@@ -8,6 +8,9 @@ create table app_test_clock (
   offset_ms bigint not null default 0
 );
 insert into app_test_clock default values;
+-- Every role reads app_now(), so every role reads the offset (the cleanup's own role of
+-- migration 0138 included); only the test owner changes it.
+grant select on app_test_clock to public;
 
 create or replace function app_now() returns timestamptz
 language sql volatile parallel safe as $$

@@ -326,6 +326,11 @@ export interface PrivateReactionTickets {
   workspace_id: string;
 }
 
+export interface PrivateReactionTicketWindows {
+  in_force_from: Timestamp;
+  ttl_seconds: number;
+}
+
 export interface PrivateRetentionActivations {
   action: string;
   at: Generated<Timestamp>;
@@ -402,6 +407,7 @@ export interface DB {
   "private.conversations": PrivateConversations;
   "private.message_reactions": PrivateMessageReactions;
   "private.messages": PrivateMessages;
+  "private.reaction_ticket_windows": PrivateReactionTicketWindows;
   "private.reaction_tickets": PrivateReactionTickets;
   "private.retention_activations": PrivateRetentionActivations;
   "private.retention_control": PrivateRetentionControl;

@@ -15,7 +15,10 @@ import { type Intent, type Queryable, type Receipt, type TicketRow, toReceipt } 
  * creation, stamped in its ID (operation-id.ts), not from issuance: an operation stamped more
  * than the window ago never gets a ticket (410), and a ticket expires at most the window after
  * its operation's stamp. So no operation older than the window can be admitted, even after
- * housekeeping deleted its ticket and the cleanup its receipt: the refusal needs no row.
+ * housekeeping deleted its ticket and the cleanup its receipt: the refusal needs no row. The
+ * window of an operation is the smallest one in force at any time since its stamp (recorded by
+ * issuance, migration 0139): raising REACTION_TICKET_TTL_SECONDS widens it only for operations
+ * stamped after the raise, so an operation judged expired (and maybe forgotten) stays so.
  */
 export interface IssueInput {
   actorId: string;
@@ -59,12 +62,30 @@ const INSERT_SQL = `
   on conflict (actor_id, operation_id) do nothing
   returning *`;
 
-// Read in the statement after the operation lock: fresh time and whether the ID was used.
+// Records the window this issuance runs under when it is not the latest recorded one
+// (migration 0139). Two issuances racing on a change may both insert: the same window twice
+// at nearly the same time, which changes no minimum.
+const RECORD_WINDOW_SQL = `
+  insert into private.reaction_ticket_windows (in_force_from, ttl_seconds)
+  select app_now(), $1::int
+  where $1::int is distinct from
+    (select ttl_seconds from private.reaction_ticket_windows order by in_force_from desc limit 1)`;
+
+// Read in the statement after the operation lock: fresh time, whether the ID was used, and the
+// operation's window: the smallest in force at any time since its stamp ($3, epoch ms), the
+// one in force at the stamp and the configured one ($4) included (migration 0139).
 const STATE_SQL = `
+  with stamp as (select to_timestamp($3::double precision / 1000) as at)
   select (extract(epoch from app_now()) * 1000)::bigint as now_ms,
     exists (select 1 from private.chat_reaction_operations where actor_id = $1 and operation_id = $2)
       or exists (select 1 from private.chat_retired_reaction_operations where actor_id = $1 and operation_id = $2)
-    as used`;
+    as used,
+    least($4::int,
+      (select min(w.ttl_seconds) from private.reaction_ticket_windows w, stamp
+       where w.in_force_from > stamp.at
+          or w.in_force_from = (select max(v.in_force_from) from private.reaction_ticket_windows v
+                                where v.in_force_from <= stamp.at))) as ttl_seconds
+  from stamp`;
 
 /**
  * Runs inside a transaction; takes the operation lock so issuance and writes serialize, then
@@ -93,11 +114,14 @@ export async function issueTicket(
     }
     return { ticket: existing, replayed: true };
   }
-  const { rows: state } = await client.query<{ now_ms: string; used: boolean }>(STATE_SQL, [
-    actorId,
-    operationId,
-  ]);
+  await client.query(RECORD_WINDOW_SQL, [input.ttlSeconds]);
+  const { rows: state } = await client.query<{ now_ms: string; used: boolean; ttl_seconds: number }>(
+    STATE_SQL,
+    [actorId, operationId, stampMs, input.ttlSeconds],
+  );
   const nowMs = Number(state[0]!.now_ms);
+  // Never longer than any window the operation was judged under (a raise reopens nothing).
+  const ttlSeconds = state[0]!.ttl_seconds;
   if (stampMs > nowMs + MAX_FUTURE_STAMP_MS)
     throw new AppError(
       'operation_clock_skew',
@@ -105,7 +129,7 @@ export async function issueTicket(
       { operationId, stampedAt: iso(stampMs), serverTime: iso(nowMs), maxFutureSkewMs: MAX_FUTURE_STAMP_MS },
     );
   // Past the window (whatever was kept or deleted): terminal, with the receipt if one is kept.
-  const expiresMs = stampMs + input.ttlSeconds * 1000;
+  const expiresMs = stampMs + ttlSeconds * 1000;
   if (expiresMs <= nowMs) {
     const receipt = await findReceipt(client, actorId, operationId);
     throw await expiredError(client, {
@@ -128,7 +152,7 @@ export async function issueTicket(
     intent.emoji,
     intent.desired,
     input.keyVersion,
-    input.ttlSeconds,
+    ttlSeconds,
     stampMs,
   ]);
   if (rows[0]) return { ticket: rows[0], replayed: false };

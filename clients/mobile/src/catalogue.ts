@@ -4,7 +4,10 @@ import type { JournalEntry, Outcome, Terminal } from './entry';
  * User-facing recovery for every terminal state, in English and Vietnamese. A team extends
  * it with `extendCatalogue` (new locales or reworded entries); a missing locale or key
  * falls back to English. Wording rule (spec): never say an earlier choice did not apply;
- * describe the current truth (`{state}`) and offer a new explicit choice.
+ * describe the current truth (`{state}`) and offer a new explicit choice. Each text must be
+ * true for every server answer that ends in its kind (replay.ts: outcomeOf): `rejected` only
+ * when no earlier write of the choice left without an answer, `expired` only without a
+ * receipt, `quota` only when no write of the choice ever left (either issuance refusal).
  */
 export type RecoveryKind = Exclude<Outcome, 'applied'> | 'session_expired';
 export type RecoveryAction = 'react_again' | 'dismiss' | 'retry' | 'sign_in';
@@ -58,7 +61,7 @@ const en: LocaleMessages = {
   },
   quota: {
     title: 'Too many reactions at once',
-    body: 'Your {emoji} reaction is waiting because too many reactions are still pending. Try again in a moment.',
+    body: 'Your {emoji} reaction has not been sent because you have reached the limit for reactions right now. Try again in a moment.',
     actionLabel: 'Try again',
   },
   superseded: {
@@ -104,7 +107,7 @@ const vi: LocaleMessages = {
   },
   quota: {
     title: 'Quá nhiều cảm xúc cùng lúc',
-    body: 'Cảm xúc {emoji} của bạn đang chờ vì còn quá nhiều cảm xúc chưa gửi xong. Vui lòng thử lại sau giây lát.',
+    body: 'Cảm xúc {emoji} của bạn chưa được gửi vì bạn đã đạt giới hạn thả cảm xúc lúc này. Vui lòng thử lại sau giây lát.',
     actionLabel: 'Thử lại',
   },
   superseded: {

@@ -141,16 +141,19 @@ export class ReactionClient {
     if (!actorId) throw new Error('choose() needs a signed-in actor');
     const canonical: Intent = { ...intent, emoji: normalizeEmoji(intent.emoji) };
     const now = this.scheduler.now();
+    // The seq is reserved before the first await of this call: a later await (here the stamp's
+    // clock read, which on a cold start reads storage) may resolve in any order, and the
+    // reservation must follow call order (journal.ts: nextSeq).
     // Stamped with the server's time as this device knows it: the server admits an operation
     // only inside the window after its stamp.
-    const stamp = await this.clock.now();
+    const [seq, stamp] = await Promise.all([this.journal.nextSeq(actorId), this.clock.now()]);
     const entry: JournalEntry = {
       v: 1,
       actorId,
       operationId: this.mint(stamp),
       restampedFrom: null,
       restamps: 0,
-      seq: await this.journal.nextSeq(actorId),
+      seq,
       intent: canonical,
       createdAt: now,
       ticket: null,

@@ -4,8 +4,13 @@ import type { ErrorCode } from './api-types';
  * What the client does with each server error code. Typed as a Record over the server's
  * ErrorCode, so a code added in workers/errors.ts fails `tsc` here until it is classified.
  *
- * - `retry`: transient; the operation stays in the journal and is replayed with backoff.
- * - `quota`: issuance refused (429); waits Retry-After, terminal after a few refusals.
+ * - `retry`: transient; the operation stays in the journal and is replayed with backoff (at
+ *   least Retry-After when the answer has one). `rate_limited` is the request limiter of every
+ *   /v1 route (writes and retirements too): never terminal, so a retirement the client owes is
+ *   retried for as long as it takes, and the newer choice waits behind it.
+ * - `quota`: the ticket-issuance quota refused a new ticket (429 `quota_exceeded`, details.reason
+ *   `rate` or `outstanding`); waits Retry-After, terminal after a few refusals of an issuance
+ *   (replay.ts: never for an entry that holds a ticket, whose write or retirement is owed).
  * - `session`: the token is refused (expired, signed out); the journal waits for sign-in.
  * - `restamp`: the operation ID's creation stamp is ahead of server time (device clock fast);
  *   nothing was issued under it, so the choice gets a new ID stamped on server time.
@@ -50,7 +55,7 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   csrf_invalid: 'rejected',
   confirmation_required: 'rejected',
   unauthorized: 'session',
-  rate_limited: 'quota',
+  rate_limited: 'retry',
   quota_exceeded: 'quota',
   internal_error: 'retry',
   bad_environment: 'retry',
@@ -60,12 +65,14 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   agent_timeout: 'retry',
 };
 
-/** Unknown codes (a newer server) are treated by status: 5xx retry, 401 session, else rejected. */
+/**
+ * Unknown codes (a newer server) are treated by status: 5xx and 429 retry (a 429 is a "later",
+ * never an end), 401 session, else rejected.
+ */
 export function dispositionOf(code: string, status: number): Disposition {
   const known = (DISPOSITION as Record<string, Disposition>)[code];
   if (known) return known;
-  if (status >= 500) return 'retry';
+  if (status >= 500 || status === 429) return 'retry';
   if (status === 401) return 'session';
-  if (status === 429) return 'quota';
   return 'rejected';
 }
