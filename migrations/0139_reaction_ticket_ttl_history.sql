@@ -1,3 +1,4 @@
+-- squawk-ignore-file prefer-bigint-over-int -- a TTL in seconds (bounded by the config's schema, years at most) never nears int4's limit
 -- Issue 29 hole 4: raising REACTION_TICKET_TTL_SECONDS must never reopen an operation that was
 -- judged (and possibly forgotten: ticket, receipt and fence deleted) under a shorter window.
 --
