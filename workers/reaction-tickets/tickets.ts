@@ -158,7 +158,9 @@ export async function issueTicket(
   if (rows[0]) return { ticket: rows[0], replayed: false };
   // Nothing inserted: the window ended while this waited on the issuance lock (under the
   // operation lock no other issuance of this ID can have inserted it). Fresh time for the answer.
-  const { rows: after } = await client.query<{ now_ms: string }>(STATE_SQL, [actorId, operationId]);
+  const { rows: after } = await client.query<{ now_ms: string }>(
+    'select (extract(epoch from app_now()) * 1000)::bigint as now_ms',
+  );
   const receipt = await findReceipt(client, actorId, operationId);
   throw await expiredError(client, {
     operationId,
