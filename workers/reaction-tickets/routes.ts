@@ -128,18 +128,7 @@ reactionApi.openapi(
     },
     responses: {
       200: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
-      ...S.errors(
-        ...S.COMMON_ERRORS,
-        ...S.BODY_ERRORS,
-        'ticket_invalid',
-        'not_found',
-        'intent_mismatch',
-        'operation_retired',
-        'ticket_required',
-        'operation_expired',
-        'operation_outcome_unknown',
-        'legacy_contract_closed',
-      ),
+      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, ...S.TICKETED_CALL_ERRORS),
     },
   }),
   async (c) => {
@@ -180,18 +169,7 @@ reactionApi.openapi(
     },
     responses: {
       200: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
-      ...S.errors(
-        ...S.COMMON_ERRORS,
-        ...S.BODY_ERRORS,
-        'ticket_invalid',
-        'not_found',
-        'intent_mismatch',
-        'operation_retired',
-        'ticket_required',
-        'operation_expired',
-        'operation_outcome_unknown',
-        'legacy_contract_closed',
-      ),
+      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, ...S.TICKETED_CALL_ERRORS),
     },
   }),
   async (c) => {

@@ -174,6 +174,17 @@ export const COMMON_ERRORS: ErrorCode[] = [
 ];
 /** And every route that takes a JSON body. */
 export const BODY_ERRORS: ErrorCode[] = ['bad_request', 'payload_too_large', 'unsupported_media_type'];
+/** What a ticketed call answers besides those, the write and the retirement alike (ticket-call.ts). */
+export const TICKETED_CALL_ERRORS: ErrorCode[] = [
+  'ticket_invalid',
+  'not_found',
+  'intent_mismatch',
+  'operation_retired',
+  'ticket_required',
+  'operation_expired',
+  'operation_outcome_unknown',
+  'legacy_contract_closed',
+];
 
 export const MessageParams = z.object({
   messageId: Id.openapi({ param: { name: 'messageId', in: 'path' } }),
