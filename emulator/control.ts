@@ -24,6 +24,8 @@ export interface ControlDeps {
   faults: FaultBook;
   calls: CallLogEntry[];
   rateLimits: { enabled: boolean };
+  /** Back to a new emulator (apps, tokens, messages, faults, calls, clock, rate windows). */
+  reset?: () => void;
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: control bodies are loose JSON from tests and the demo
@@ -41,6 +43,10 @@ export async function control(
 ) {
   const { state, faults } = deps;
   const [head, arg, sub] = parts;
+  if (head === 'reset' && method === 'POST' && !arg && deps.reset) {
+    deps.reset();
+    return json({ reset: true });
+  }
   if (head === 'apps' && method === 'POST' && !arg) {
     if (!body?.app_id || !body?.app_secret || !body?.verification_token)
       return bad('app_id, app_secret, verification_token required');

@@ -62,11 +62,27 @@ const API_ROUTES: { method: string; pattern: RegExp; route: RouteName; keys: str
 ];
 
 export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<LarkEmulator> {
-  const state = new EmulatorState(opts.clock ?? { now: () => Date.now() });
-  const faults = new FaultBook();
+  const clock = opts.clock ?? { now: () => Date.now() };
+  let state = new EmulatorState(clock);
+  let faults = new FaultBook();
   const calls: CallLogEntry[] = [];
   const rateLimits = { enabled: opts.rateLimits ?? true };
   const windows = new Map<string, { second: number; sCount: number; minute: number; mCount: number }>();
+
+  /**
+   * Back to a new emulator on the same port (POST /__emulator/reset): apps, tokens, messages,
+   * faults, the call log, the clock and the rate windows. The workerd tests share one runtime,
+   * and so one LARK_API_BASE, across the files a worker runs (vitest.config.ts); each file
+   * still starts on an emulator of its own. A held call of the previous file is let go first.
+   */
+  function reset(): void {
+    faults.release();
+    state = new EmulatorState(clock);
+    faults = new FaultBook();
+    calls.length = 0;
+    windows.clear();
+    rateLimits.enabled = opts.rateLimits ?? true;
+  }
 
   function rateLimited(route: RouteName, appId: string): number | undefined {
     if (!rateLimits.enabled) return undefined;
@@ -196,7 +212,7 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         return send(
           res,
           await control(
-            { state, faults, calls, rateLimits },
+            { state, faults, calls, rateLimits, reset },
             req.method ?? 'GET',
             parts,
             url.searchParams,
@@ -217,8 +233,13 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://${opts.host ?? '127.0.0.1'}:${port}`,
-    state,
-    faults,
+    // Getters: a reset replaces the state and the fault book.
+    get state() {
+      return state;
+    },
+    get faults() {
+      return faults;
+    },
     calls,
     close: () =>
       new Promise<void>((resolve) => {

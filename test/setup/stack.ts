@@ -95,7 +95,11 @@ export function appDatabaseUrl(directUrl: string, pgbouncerPort: number): string
   return url.toString();
 }
 
-/** Drops the template and any file database a crashed file left behind (the chaos run's too). */
+/**
+ * Drops the template and the file databases: each workerd worker's last one (a file re-creates
+ * its database for the next file when it ends, test/setup/file-database.ts), and any a crashed
+ * run or the chaos run left behind.
+ */
 export async function dropRunDatabases(adminUrl: string, prefix: string): Promise<void> {
   const client = new pg.Client({ connectionString: adminUrl });
   await client.connect();
@@ -105,9 +109,6 @@ export async function dropRunDatabases(adminUrl: string, prefix: string): Promis
       [prefix],
     );
     for (const { datname } of rows) await client.query(`drop database if exists ${datname} with (force)`);
-    // Files drop their own database when they end; anything else here is a file that crashed.
-    const left = rows.filter((r) => !r.datname.endsWith('_tpl'));
-    if (left.length > 0) console.warn(`test teardown: dropped ${left.length} file database(s) left behind`);
   } finally {
     await client.end();
   }
