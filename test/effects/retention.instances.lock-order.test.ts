@@ -135,7 +135,11 @@ describe('issue 35 hole 9: instance retention locks in the runtime order, agains
     // The stop holds the effect it releases and waits on its process row.
     expect(await waitsOn(pool, stopper.pid)).toBe(await rowOf(pool, 'effect_processes', owner));
     const retention = inHeapOrder(retainer.pool, (tx) => pruneIdleInstances(tx, rules));
-    expect(await neverBlocked(pool, retainer.pid, retention)).toEqual({ instances: 1, effects: 3, bindings: 0 });
+    expect(await neverBlocked(pool, retainer.pid, retention)).toEqual({
+      instances: 1,
+      effects: 3,
+      bindings: 0,
+    });
     await holder.release();
     expect(await stop).toEqual({ released: 1 });
     expect(await loadInstance(pool, idle.inst)).toBeNull();

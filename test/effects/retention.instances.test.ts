@@ -1,5 +1,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { CONVERSATION_INSTANCE_RETENTION } from '../../workers/channel/conversation';
+import '../../workers/channel/engine';
+import { CONVERSATION_ACTOR } from '../../workers/channel/session';
 import { withTx } from '../../workers/db/tx';
 import { runRetention } from '../../workers/effects/cron';
 import { type InstanceRetentionRule, pruneIdleInstances } from '../../workers/effects/instance-retention';
@@ -7,6 +9,7 @@ import { enqueueMessage, ensureInstance, loadInstance } from '../../workers/effe
 import { registerProcess } from '../../workers/effects/processes';
 import { EffectRegistry } from '../../workers/effects/registry';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
+import { pruneIdleConversations } from '../../workers/housekeeping/conversations';
 import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
 import { config, emit, newInstance } from './helpers';
 
@@ -49,7 +52,9 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
     });
     const gone = await finished(TYPE, { recovery: { operation: 'r' } });
     const kept = await finished('ret-no-rule');
-    await pool.query(`update actor_instances set state = '{"turnNo": 7}', revision = 9 where id = $1`, [gone.inst]);
+    await pool.query(`update actor_instances set state = '{"turnNo": 7}', revision = 9 where id = $1`, [
+      gone.inst,
+    ]);
     await advanceDbClock(pool, 9 * DAY); // past the 7-day binding lifetime and the 2 idle days
     const report = await runRetention(pool, config, { registry });
     expect(report).toMatchObject({ effects: 2, bindings: 1, instances: 1, failed: [] });
@@ -162,11 +167,11 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
     await advanceDbClock(pool, 3 * DAY);
     const batchRules = [{ actorType: 'ret-batch', idleMs: 2 * DAY }];
     expect((await prune(2, batchRules)).instances).toBe(2);
-    expect([await instanceExists(a.inst), await instanceExists(b.inst), await instanceExists(c.inst)]).toEqual([
-      false,
-      false,
-      true,
-    ]);
+    expect([
+      await instanceExists(a.inst),
+      await instanceExists(b.inst),
+      await instanceExists(c.inst),
+    ]).toEqual([false, false, true]);
     expect((await prune(2, batchRules)).instances).toBe(1);
     expect(await instanceExists(c.inst)).toBe(false);
   });
@@ -196,5 +201,25 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
     await pool.query('delete from channel_conversations where id = $1', [s.inst]);
     expect((await prune(1000, conv)).instances).toBe(1);
     expect(await instanceExists(s.inst)).toBe(false);
+  });
+
+  it("through the Worker's registry: a conversation's instance survives the minute retention while housekeeping keeps the conversation, and goes at the first retention after housekeeping deleted it", async () => {
+    const session = uid('session');
+    await pool.query(
+      `insert into channel_conversations (id, installation_id, workspace_id, app_id, chat_id, last_position, created_at, updated_at)
+       values ($1, 'inst', 'ws', 'app', $2, 10, app_now(), app_now())`,
+      [session, uid('chat')],
+    );
+    await pool.query(
+      `insert into actor_instances (id, actor_type, actor_key, state)
+       values ($1, $2, $1, '{"pending": [], "turn": null, "turnNo": 3}')`,
+      [session, CONVERSATION_ACTOR],
+    );
+    await advanceDbClock(pool, 31 * DAY);
+    expect((await runRetention(pool, config)).instances).toBe(0);
+    expect(await instanceExists(session)).toBe(true);
+    expect(await pruneIdleConversations(pool, 30 * DAY, 1000)).toBeGreaterThanOrEqual(1);
+    expect((await runRetention(pool, config)).instances).toBe(1);
+    expect(await instanceExists(session)).toBe(false);
   });
 });

@@ -105,7 +105,9 @@ export class EffectRegistry {
 
   /** The retention rules of the registered actor types that declare one. */
   retentionRules(): InstanceRetentionRule[] {
-    return [...this.actors.values()].flatMap((a) => (a.retention ? [{ actorType: a.type, ...a.retention }] : []));
+    return [...this.actors.values()].flatMap((a) =>
+      a.retention ? [{ actorType: a.type, ...a.retention }] : [],
+    );
   }
 
   executor(kind: string): EffectExecutor | undefined {
