@@ -57,23 +57,28 @@ function literal(s: string): string {
 }
 
 /**
- * The pick: idle instances of the opted-in types (read in each type's `actor_instances_idle`
- * range, oldest commit first), locked `for update skip locked`: it never waits on an instance
- * (a commit, a check batch or a completion holding one is passed over until the next
- * minute), so the instance locks cannot close a cycle. $1 types, $2 idle periods, $3 batch.
+ * The pick: idle instances of the opted-in types, each type read in its own
+ * `actor_instances_idle` range (migration 0150), oldest commit first, so the limit stops the
+ * scan (a backlog never has to be read whole), locked `for update skip locked`: it never
+ * waits on an instance (a commit, a check batch or a completion holding one is passed over
+ * until the next minute), so the instance locks cannot close a cycle. The idle rule is inside
+ * the bounded pick: instances that must stay never fill the batch. $1 types, $2 idle periods,
+ * $3 batch. (Rows a type locked past the final limit stay locked until commit, untouched.)
  */
 function pickSql(rules: InstanceRetentionRule[]): string {
-  return `with rules as (select * from unnest($1::text[], $2::bigint[]) as r(actor_type, idle_ms)),
-     clock as (select app_now_ms() as now)
-select i.id from rules r
-  cross join clock
-  cross join lateral (select clock.now - r.idle_ms as cutoff) c
-  join actor_instances i on i.actor_type = r.actor_type
- where ${idle('c.cutoff', 'clock.now')}
-   and not (${keepSql(rules)})
- order by i.updated_at_ms, i.id
- limit $3
- for update of i skip locked`;
+  return `with clock as (select app_now_ms() as now)
+select p.id from unnest($1::text[], $2::bigint[]) as r(actor_type, idle_ms)
+ cross join clock
+ cross join lateral (
+   select i.id, i.updated_at_ms from actor_instances i
+    where i.actor_type = r.actor_type
+      and ${idle('(clock.now - r.idle_ms)', 'clock.now')}
+      and not (${keepSql(rules)})
+    order by i.updated_at_ms, i.id
+    limit $3
+    for update of i skip locked) p
+ order by p.updated_at_ms, p.id
+ limit $3`;
 }
 
 /**
