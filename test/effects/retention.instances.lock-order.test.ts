@@ -2,11 +2,11 @@ import type { Pool } from '@neondatabase/serverless';
 import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { type InstanceRetentionRule, pruneIdleInstances } from '../../workers/effects/instance-retention';
-import { loadInstance } from '../../workers/effects/mailbox';
+import { enqueueCtes, loadInstance } from '../../workers/effects/mailbox';
 import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { pruneEffects, pruneExpiredBindings } from '../../workers/effects/recovery';
 import { completeEffects } from '../../workers/effects/scheduler';
-import { advanceDbClock } from '../helpers/db';
+import { advanceDbClock, uid } from '../helpers/db';
 import { claimOf, effectRow, emit, neverBlocked, newInstance, racer, raceScope } from './helpers';
 import { holdRows, rowOf, waitsOn } from './row-locks';
 
@@ -145,5 +145,59 @@ describe('issue 35 hole 9: instance retention locks in the runtime order, agains
     expect(await loadInstance(pool, idle.inst)).toBeNull();
     expect(await loadInstance(pool, busy)).not.toBeNull();
     expect(await effectRow(pool, h!.effectId)).toMatchObject({ status: 'pending', locked_by: null });
+  });
+
+  it("a message accepted while the retention holds the instance (locked, not yet deleted): the accept statement's instance insert does nothing, its message's foreign key fails once the delete commits, nothing of it is written, and its redelivery starts a fresh instance", async () => {
+    // The webhook's shape (workers/channel/accept.ts): conversation upsert, then the instance
+    // and its `in:<n>` message through enqueueCtes, one autocommit statement.
+    const { inst, ids } = await threeFinished();
+    await advanceDbClock(pool, 2 * DAY);
+    const accept = (p: Pool) =>
+      p.query(
+        `with conv as (
+           insert into channel_conversations (id, installation_id, workspace_id, app_id, chat_id, last_position)
+           values ($1, 'inst', 'ws', 'app', $3, 1)
+           on conflict (id) do update set last_position = channel_conversations.last_position + 1
+           returning last_position as position
+         ), ${enqueueCtes({
+           instanceId: '$1',
+           actorType: '$2',
+           actorKey: '$4',
+           state: `'{}'::jsonb`,
+           key: `'in:' || conv.position`,
+           payload: `'{}'::jsonb`,
+           from: 'conv',
+         })}
+         select 1`,
+        [inst, TYPE, uid('chat'), inst.slice(TYPE.length + 1)],
+      );
+    // The retention holds the instance and waits on its highest effect.
+    const holder = await holdRows(pool, opened, [['effects', ids[2]]]);
+    const retainer = await openRacer();
+    const webhook = await openRacer();
+    const retention = withTx(retainer.pool, { budgetMs: 10_000 }, (tx) => pruneIdleInstances(tx, rules));
+    expect(await waitsOn(pool, retainer.pid)).toBe(await rowOf(pool, 'effects', ids[2]));
+    const instanceRow = await rowOf(pool, 'actor_instances', inst);
+    const accepted = accept(webhook.pool).then(
+      () => null,
+      (err: { code?: string }) => err.code ?? 'error',
+    );
+    expect(await waitsOn(pool, webhook.pid)).toBe(instanceRow);
+    await holder.release();
+    expect(await retention).toEqual({ instances: 1, effects: 3, bindings: 0 });
+    expect(await accepted).toBe('23503'); // foreign_key_violation: the webhook answers 5xx
+    expect(await loadInstance(pool, inst)).toBeNull();
+    const written = await pool.query(
+      `select (select count(*) from channel_conversations where id = $1)::int as conversations,
+              (select count(*) from actor_mailbox where instance_id = $1)::int as messages`,
+      [inst],
+    );
+    expect(written.rows[0]).toEqual({ conversations: 0, messages: 0 });
+    // Lark redelivers: conversation, instance (revision 0, empty state) and message, from scratch.
+    await accept(pool);
+    expect(await loadInstance(pool, inst)).toMatchObject({ revision: '0', state: {} });
+    expect(
+      (await pool.query('select message_key from actor_mailbox where instance_id = $1', [inst])).rows,
+    ).toEqual([{ message_key: 'in:1' }]);
   });
 });
