@@ -62,6 +62,7 @@ describe('retention of the runtime tables (minute cron)', () => {
       checks: 0,
       bindings: 0,
       processes: 0,
+      instances: 0,
       failed: [],
     });
     // Nothing is past retention yet.
@@ -76,6 +77,7 @@ describe('retention of the runtime tables (minute cron)', () => {
       checks: 1,
       bindings: 1,
       processes: 1,
+      instances: 0,
       failed: [],
     });
 
@@ -110,6 +112,7 @@ describe('retention of the runtime tables (minute cron)', () => {
       checks: 1,
       bindings: 1,
       processes: 1,
+      instances: 0,
       failed: [],
     });
   });

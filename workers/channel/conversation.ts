@@ -209,11 +209,25 @@ function onRuntime(
   return s; // check answers: status never moves the turn
 }
 
+/**
+ * The conversation actor's instance retention (issue 35 hole 9, docs/retention-rules.md): only
+ * once housekeeping deleted its conversation (`workers/housekeeping/conversations.ts`, after 30
+ * idle days with no input, turn, cutoff, mailbox row, effect in flight, timer, pending input or
+ * running turn left), so the next input restarts at position 1 and turn 1 with nothing of the
+ * old numbering to collide with; and, like every instance, only when idle (instance-retention.ts).
+ * 8 days: longer than the reply bindings' 7-day lifetime.
+ */
+export const CONVERSATION_INSTANCE_RETENTION = {
+  idleMs: 8 * 86_400_000,
+  keepWhile: 'exists (select 1 from channel_conversations c where c.id = i.id)',
+} as const;
+
 /** The conversation actor; settings are read per event (they come from the environment). */
 export function conversationActor(settings: () => ConversationSettings): ActorType<ConversationState> {
   return {
     type: CONVERSATION_ACTOR,
     initialState: initial,
+    retention: CONVERSATION_INSTANCE_RETENTION,
     handle(event: ActorEvent, state: ConversationState, ctx) {
       const s = { ...initial(), ...state };
       if (event.type === 'timer') return onTimer(s, ctx, settings());

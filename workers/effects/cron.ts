@@ -6,6 +6,7 @@ import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { actorHostStub } from './actor-host-stub';
 import { effectConfigFrom } from './host-config';
+import { pruneIdleInstances } from './instance-retention';
 import { instancesWithWork, pruneMailbox, unrunnableInstancesWithWork } from './mailbox';
 import { pruneProcesses, registerProcess, releaseProcess } from './processes';
 import {
@@ -34,6 +35,8 @@ export interface RetentionReport {
   checks: number;
   bindings: number;
   processes: number;
+  /** Idle instances deleted (their effects and bindings with them, in ID order). */
+  instances: number;
   /** Tables whose batch failed this pass (each logged); the others still ran. */
   failed: string[];
 }
@@ -45,14 +48,16 @@ export interface RetentionReport {
  * - effects: completed/dead effects past `effectRetentionMs` (bindings stay);
  * - effect_recovery_checks: resolved checks past `checkRetentionMs`;
  * - effect_recoveries: bindings past their `expires_at_ms`;
- * - effect_processes: silent or stopped past `processPruneAfterMs`, never an owner.
- * actor_instances belong to the application (deleting one cascades its rows).
+ * - effect_processes: silent or stopped past `processPruneAfterMs`, never an owner;
+ * - actor_instances: idle instances of the actor types that declare a retention
+ *   (`ActorType.retention`, instance-retention.ts), last, after their rows' own batches.
  */
 export async function runRetention(
   pool: Pool,
   runtime: EffectRuntimeConfig,
-  opts: { batch?: number; budgetMs?: number } = {},
+  opts: { batch?: number; budgetMs?: number; registry?: EffectRegistry } = {},
 ): Promise<RetentionReport> {
+  const rules = (opts.registry ?? effectRegistry).retentionRules();
   const batch = opts.batch ?? PRUNE_BATCH;
   const budgetMs = opts.budgetMs ?? PRUNE_BUDGET_MS;
   const report: RetentionReport = {
@@ -61,6 +66,7 @@ export async function runRetention(
     checks: 0,
     bindings: 0,
     processes: 0,
+    instances: 0,
     failed: [],
   };
   const steps: [
@@ -72,6 +78,7 @@ export async function runRetention(
     ['checks', (tx) => pruneRecoveryChecks(tx, batch, runtime.checkRetentionMs)],
     ['bindings', (tx) => pruneExpiredBindings(tx, batch)],
     ['processes', (tx) => pruneProcesses(tx, runtime.processPruneAfterMs, batch)],
+    ['instances', async (tx) => (await pruneIdleInstances(tx, rules, batch)).instances],
   ];
   // The pass is a registered process of this protocol version while it runs, so the emit
   // guard of a later version sees it (commit.ts): a retention pass of an older rule (one that

@@ -3,6 +3,13 @@ export { type ActorCommit, commitActor } from './commit';
 export { EffectStage, type EmitOptions, MAX_EFFECT_TIMEOUT_MS, type StagedEffect } from './emit';
 export { instanceIdOf, newEffectId } from './ids';
 export {
+  type InstancePruneReport,
+  type InstanceRetention,
+  type InstanceRetentionRule,
+  MIN_INSTANCE_IDLE_MS,
+  pruneIdleInstances,
+} from './instance-retention';
+export {
   enqueueMessage,
   ensureInstance,
   instancesWithWork,

@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import type { EmitOptions } from './emit';
+import type { InstanceRetention, InstanceRetentionRule } from './instance-retention';
 import type { EffectHandle } from './types';
 
 /** One input to an actor's handler: a mailbox message, or its own timer coming due. */
@@ -43,6 +44,12 @@ export interface ActorType<S = unknown> {
    * stays pending (retried later) until `mailboxMaxAttempts`, then it is dead and skipped.
    */
   handle(event: ActorEvent, state: S, ctx: ActorContext): S | Promise<S>;
+  /**
+   * Opt-in retention of this type's instances (issue 35 hole 9; `instance-retention.ts`):
+   * the minute retention deletes an instance idle for `idleMs` with nothing left in flight.
+   * Without it, instances are kept forever.
+   */
+  retention?: InstanceRetention;
 }
 
 export interface ClaimedEffect {
@@ -94,6 +101,13 @@ export class EffectRegistry {
   /** Registered actor types (the minute poll wakes only instances of these). */
   actorTypes(): string[] {
     return [...this.actors.keys()];
+  }
+
+  /** The retention rules of the registered actor types that declare one. */
+  retentionRules(): InstanceRetentionRule[] {
+    return [...this.actors.values()].flatMap((a) =>
+      a.retention ? [{ actorType: a.type, ...a.retention }] : [],
+    );
   }
 
   executor(kind: string): EffectExecutor | undefined {
