@@ -127,7 +127,8 @@ describe('retention of the runtime tables (minute cron)', () => {
       // The lock is held until the pass returns: the checks batch must time out (lock_timeout
       // is its budget) while every other table's batch runs in its own transaction.
       const report = await runRetention(pool, config, { batch: 100_000, budgetMs: 1_000 });
-      expect(report.failed).toEqual(['checks']);
+      // The instance retention reads the checks table too (an instance with a check stays).
+      expect(report.failed).toEqual(['checks', 'instances']);
       expect(report.bindings + report.processes).toBeGreaterThan(0); // the later tables still ran
     } finally {
       await holder.query('rollback');

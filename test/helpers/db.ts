@@ -80,9 +80,15 @@ export async function blockedBehindAll(
   }
 }
 
-// The offset this file's helpers last set (each test file has its own database and module
-// instance), so code that stamps times on the client side (operation IDs) can follow app_now().
+// The offset this file's helpers last set, so code that stamps times on the client side
+// (operation IDs) can follow app_now(). Files of one vitest worker share this module
+// (vitest.config.ts, `isolate: false`): the file's end puts it back with its new database.
 let clockOffsetMs = 0;
+
+/** Back to the clock of a new database (test/setup/file-database.ts, when a file ends). */
+export function forgetDbClockOffset(): void {
+  clockOffsetMs = 0;
+}
 
 /** Moves app_now() for every connection to the test database (its test clock: test/setup/test-clock.sql). */
 export async function setDbClockOffset(pool: Pool, offsetMs: number): Promise<void> {

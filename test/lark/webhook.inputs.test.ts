@@ -102,18 +102,6 @@ describe('a signed event Postgres cannot store is acknowledged and recorded as r
   });
 });
 
-describe('the service never makes unstorable text itself', () => {
-  it('a text longer than the kept prefix, cut inside a surrogate pair, is recorded (the pair is dropped whole)', async () => {
-    const app = await installApp();
-    const text = `${'a'.repeat(MAX_INPUT_TEXT - 1)}👍 and more`;
-    const built = await buildEvent(app, { message: { text } });
-    const res = await submit(app.installationId, built.request);
-    expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ ok: true });
-    expect(await receipts(app.installationId)).toEqual([{ event_id: built.event_id, status: 'accepted' }]);
-  });
-});
-
 describe('an empty message_id (issue 28 hole 9)', () => {
   it('webhook.empty_message_id_refused: a signed event whose message_id is empty is refused before any write: no receipt, no input, no ledger row, no Add', async () => {
     const app = await installApp();
@@ -124,5 +112,20 @@ describe('an empty message_id (issue 28 hole 9)', () => {
     expect(((await res.json()) as { error?: { code?: string } }).error?.code).toBe('lark_bad_event');
     expect(changedTables(before, await tableSums(pool))).toEqual([]);
     expect(logs.events('unhandled_error')).toEqual([]);
+  });
+});
+
+// Last in the file: its event is accepted, and the turn work it starts in the background
+// (the post-answer Add, the actor's wake) would otherwise land inside a later test's
+// before/after table sums.
+describe('the service never makes unstorable text itself', () => {
+  it('a text longer than the kept prefix, cut inside a surrogate pair, is recorded (the pair is dropped whole)', async () => {
+    const app = await installApp();
+    const text = `${'a'.repeat(MAX_INPUT_TEXT - 1)}👍 and more`;
+    const built = await buildEvent(app, { message: { text } });
+    const res = await submit(app.installationId, built.request);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ ok: true });
+    expect(await receipts(app.installationId)).toEqual([{ event_id: built.event_id, status: 'accepted' }]);
   });
 });

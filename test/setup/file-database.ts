@@ -2,6 +2,7 @@ import { abortAllDurableObjects, listDurableObjectIds, runInDurableObject } from
 import { env } from 'cloudflare:workers';
 import { afterAll, inject } from 'vitest';
 import { openPool } from '../../workers/db/pool';
+import { forgetDbClockOffset } from '../helpers/db';
 
 /**
  * Every workerd test file runs on a database and a Lark emulator of its own, even though the
@@ -47,6 +48,7 @@ afterAll(async () => {
   } finally {
     await admin.end();
   }
+  forgetDbClockOffset();
   // The retention project has no emulator.
   if (env.LARK_API_BASE) {
     const reset = await fetch(`${env.LARK_API_BASE}/__emulator/reset`, { method: 'POST' });
