@@ -162,6 +162,9 @@ export default defineConfig({
           hookTimeout: 60_000,
           include: ['test/retention/**/*.test.ts'],
           setupFiles: ['./test/setup/file-database.ts', './test/setup/tx-retries.ts'],
+          // One runtime per worker, as in the workers project: the RetentionCleanup object is
+          // this Worker's own here, so a file's end clears it (test/setup/file-database.ts).
+          isolate: false,
           fileParallelism: true,
           maxWorkers: WORKERS,
         },
