@@ -1,6 +1,6 @@
 import { abortAllDurableObjects, listDurableObjectIds, runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
-import { afterAll, inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { openPool } from '../../workers/db/pool';
 import { forgetDbClockOffset } from '../helpers/db';
 
@@ -15,6 +15,31 @@ import { forgetDbClockOffset } from '../helpers/db';
  * holds) and created again from the migrated template, and the emulator is reset to a new one
  * on the same port. The next file starts as the first did.
  */
+/**
+ * A file starts on nothing another file left: no Durable Object with storage, no emulator
+ * call. A reset that missed something fails the next file here, not somewhere in its tests.
+ */
+beforeAll(async () => {
+  for (const value of Object.values(env)) {
+    if (!isNamespace(value)) continue;
+    // Listed ids outlive deleteAll (the object's file stays); what counts is its contents.
+    for (const id of await listDurableObjectIds(value)) {
+      const left = await runInDurableObject(value.get(id), async (_, state) => ({
+        keys: (await state.storage.list({ limit: 1 })).size,
+        alarm: await state.storage.getAlarm(),
+      }));
+      if (left.keys > 0 || left.alarm !== null)
+        throw new Error('test harness: a Durable Object with storage or an alarm left by an earlier file');
+    }
+  }
+  // The objects the check woke start from their constructor again, as in a runtime of their own.
+  await abortAllDurableObjects();
+  if (env.LARK_API_BASE) {
+    const { calls } = (await (await fetch(`${env.LARK_API_BASE}/__emulator/calls`)).json()) as { calls: unknown[] };
+    if (calls.length > 0) throw new Error(`test harness: ${calls.length} emulator call(s) left by an earlier file`);
+  }
+});
+
 afterAll(async () => {
   await abortAllDurableObjects();
   await clearDurableObjectStorage();
@@ -71,7 +96,7 @@ async function clearDurableObjectStorage(): Promise<void> {
       });
     }
   }
-  // The objects just used to clear storage start again from nothing at their next request.
+  // The objects just used (to clear them) start again from nothing at their next request.
   await abortAllDurableObjects();
 }
 
