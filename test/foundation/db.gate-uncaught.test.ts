@@ -119,7 +119,9 @@ describe('the connection budget exhausted through the runtime (issue 35 hole 11)
     for (const p of held.splice(0)) p.release();
     for (const inst of instances) {
       const host = actorHostStub(env, inst);
-      const planned = await runInDurableObject(host, (_o, state) => state.storage.get<number>('alarm:planned'));
+      const planned = await runInDurableObject(host, (_o, state) =>
+        state.storage.get<number>('alarm:planned'),
+      );
       expect(planned).toBeGreaterThan(woken);
       expect(planned).toBeLessThanOrEqual(Date.now() + PUMP_RETRY_MS);
       expect(await runDurableObjectAlarm(host)).toBe(true);

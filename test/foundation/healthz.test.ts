@@ -66,7 +66,11 @@ describe('GET /healthz under load (the isolate connection budget)', () => {
     return Promise.all(
       Array.from({ length: n }, async () => {
         const res = await exports.default.fetch('http://test/healthz');
-        return { status: res.status, db: ((await res.json()) as { db: string }).db, ms: Date.now() - started };
+        return {
+          status: res.status,
+          db: ((await res.json()) as { db: string }).db,
+          ms: Date.now() - started,
+        };
       }),
     );
   }
@@ -74,7 +78,9 @@ describe('GET /healthz under load (the isolate connection budget)', () => {
   it('health.background_exhausted: with every background place held, 16 concurrent checks answer 200 db ok (the places kept for answers)', async () => {
     await exports.default.fetch('http://test/healthz'); // the gate takes the Worker's configuration
     await hold('background', isolateGate.snapshot().backgroundCapacity);
-    expect(isolateGate.snapshot()).toMatchObject({ heldBackground: isolateGate.snapshot().backgroundCapacity });
+    expect(isolateGate.snapshot()).toMatchObject({
+      heldBackground: isolateGate.snapshot().backgroundCapacity,
+    });
     const checks = await concurrentChecks(16);
     expect(checks.map((c) => [c.status, c.db])).toEqual(Array(16).fill([200, 'ok']));
     expect(Math.max(...checks.map((c) => c.ms))).toBeLessThan(HEALTH_BUDGET_MS);
