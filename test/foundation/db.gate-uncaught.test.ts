@@ -8,7 +8,7 @@ import { enqueueMessage, ensureInstance } from '../../workers/effects/mailbox';
 import { effectRegistry } from '../../workers/effects/registry';
 import { testPool, uid } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
-import { buildEvent, installApp, submit } from '../lark/helpers';
+import { admin, buildEvent, installApp, submit } from '../lark/helpers';
 
 /**
  * Issue 35 hole 11: the isolate's connection budget (workers/db/gate.ts) driven to exhaustion
@@ -163,5 +163,30 @@ describe('the connection budget exhausted through the runtime (issue 35 hole 11)
     expect(logs.events('actor_host_pump_deferred')).toHaveLength(3);
     expect(logs.lines.filter((l) => l.level === 'error')).toEqual([]);
     expect(unhandled.map(String)).toEqual([]);
+  });
+
+  it("gate.handoff_across_requests: places freed in another I/O context (here the test's own) go to requests waiting at the gate, which open their connections in their own context and answer 200; no hang, no unhandled rejection, no place left held", async () => {
+    const app = await installApp();
+    await holdBudget({ answers: true });
+    const answers = Array.from({ length: 4 }, () =>
+      outcome(admin(`/${app.installationId}`).then((r) => r.status)),
+    );
+    // Forced: every request is waiting for a place (their wait is the 4.9 s connect budget).
+    for (let i = 0; isolateGate.snapshot().waitingAnswer < answers.length; i++) {
+      expect(i).toBeLessThan(2000);
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    // Freed here, in the test's context, as another request's pool end frees them in its own.
+    for (let i = 0; i < answers.length; i++) held.pop()!.release();
+    const settled = await Promise.all(answers);
+    expect(settled).toEqual(Array(4).fill({ ok: true, value: 200 }));
+    await direct.query('select 1');
+    expect(unhandled.map(String)).toEqual([]);
+    for (const p of held.splice(0)) p.release();
+    // Their pools end after the answers (waitUntil): every place comes back.
+    for (let i = 0; isolateGate.snapshot().held > 0; i++) {
+      expect(i).toBeLessThan(2000);
+      await new Promise((r) => setTimeout(r, 1));
+    }
   });
 });
