@@ -71,7 +71,9 @@ export const PERMIT_MAX_HOLD_MS = 10 * 60_000;
  * burst waits here, in the isolate, for milliseconds, instead of failing at the server.
  *
  * One per isolate (module state): in workerd, requests and Durable Objects of one Worker share
- * it, and a waiter resolved by another request's release resumes in its own I/O context.
+ * it. A place freed by one request goes to a waiter of another, which picks it up from its own
+ * I/O context (WAITER_POLL_MAX_MS): resolved from the freeing request's, the waiter's connect
+ * ran in that one, which workerd forbids.
  */
 export class ConnectionGate {
   private capacity: number;
