@@ -41,7 +41,15 @@ interface Held {
 interface Waiter {
   /** Set by whoever frees the place; the waiter picks it up from its own I/O context. */
   permit?: Permit;
+  /** When it stops waiting (Date.now ms). */
+  until: number;
 }
+
+/**
+ * A waiter still queued this long after its wait ended is gone (its request was cancelled, so
+ * its timers never ran to withdraw it): it is dropped, never given a place nobody would take.
+ */
+const GONE_AFTER_MS = 1000;
 
 /**
  * How often, at most, a waiter looks whether it was given a place (it starts at 1 ms and
@@ -109,7 +117,7 @@ export class ConnectionGate {
     const queued = Date.now();
     return new Promise<Permit>((resolve, reject) => {
       const queue = this.waiting[priority];
-      const waiter: Waiter = {};
+      const waiter: Waiter = { until: queued + waitMs };
       queue.push(waiter);
       // Every step of the wait runs in the waiter's own I/O context: its own timers (above).
       let delay = 1;
@@ -189,7 +197,11 @@ export class ConnectionGate {
   private serve(): void {
     for (const priority of ['answer', 'background'] as const) {
       const queue = this.waiting[priority];
-      while (queue.length > 0 && this.fits(priority)) queue.shift()!.permit = this.grant(priority);
+      while (queue.length > 0 && this.fits(priority)) {
+        const waiter = queue.shift()!;
+        if (Date.now() > waiter.until + GONE_AFTER_MS) continue;
+        waiter.permit = this.grant(priority);
+      }
     }
   }
 
