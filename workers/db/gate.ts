@@ -114,7 +114,7 @@ export class ConnectionGate {
   acquire(priority: ConnectionPriority, waitMs: number): Promise<Permit> {
     if (!this.grantsNow(priority)) this.reclaimExpired();
     if (this.grantsNow(priority)) return Promise.resolve(this.grant(priority));
-    const queued = Date.now();
+    const queued = this.now();
     return new Promise<Permit>((resolve, reject) => {
       const queue = this.waiting[priority];
       const waiter: Waiter = { until: queued + waitMs };
@@ -122,7 +122,7 @@ export class ConnectionGate {
       // Every step of the wait runs in the waiter's own I/O context: its own timers (above).
       let delay = 1;
       const look = () => {
-        const waited = Date.now() - queued;
+        const waited = this.now() - queued;
         if (waiter.permit) {
           // Only waits are measured (a place granted at once costs nothing to graph).
           metric('db_gate_wait_ms', waited, 'granted', priority);
@@ -199,7 +199,7 @@ export class ConnectionGate {
       const queue = this.waiting[priority];
       while (queue.length > 0 && this.fits(priority)) {
         const waiter = queue.shift()!;
-        if (Date.now() > waiter.until + GONE_AFTER_MS) continue;
+        if (this.now() > waiter.until + GONE_AFTER_MS) continue;
         waiter.permit = this.grant(priority);
       }
     }
