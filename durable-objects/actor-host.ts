@@ -27,6 +27,12 @@ export interface PumpReport {
   alarmAt: number | null;
 }
 
+/** What the `wake` RPC answers: the pump's report, or `deferred` when the database could not serve it. */
+export interface WakeReport extends PumpReport {
+  /** The pump found no connection (refused, budget spent, lost): retried from the alarm, logged. */
+  deferred: boolean;
+}
+
 const emptyReport = (): PumpReport => ({
   handled: 0,
   checks: 0,
@@ -112,8 +118,46 @@ export class ActorHost extends DurableObject<Env> {
     }
   }
 
-  /** RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump. */
-  async wake(instanceId: string): Promise<PumpReport> {
+  /**
+   * RPC: the instance has (or may have) work. Concurrent wakes coalesce into one more pump.
+   *
+   * A pump the database could not serve (the isolate's connection budget spent, the server
+   * refusing or dropping the connection: db/refusal.ts) resolves as `deferred`, never rejects:
+   * workerd reports every RPC method that rejects as an uncaught exception in the object
+   * ("Uncaught (in promise) ConnectionBudgetSpent", issue 35 hole 11: 28 of them in one bench
+   * level), even though the caller catches it. The retry alarm is armed either way and the
+   * deferral is logged here once (`actor_host_pump_deferred`). Any other failure (a bug, bad
+   * data) still rejects: the caller logs it, and the runtime's report of it is wanted.
+   */
+  async wake(instanceId: string): Promise<WakeReport> {
+    try {
+      return { ...(await this.pumpNow(instanceId)), deferred: false };
+    } catch (err) {
+      if (!isDatabaseUnavailable(err)) throw err;
+      this.reportPumpFailure(instanceId, err);
+      return { ...emptyReport(), deferred: true };
+    }
+  }
+
+  /**
+   * Logs a pump's failure once, however many coalesced wakes (and the alarm) await it: a
+   * database that refused or dropped the connection (the overload this host is expected to
+   * ride out) is a warning operators count, anything else an error.
+   */
+  private reportPumpFailure(instanceId: string, err: unknown): void {
+    if (typeof err === 'object' && err !== null) {
+      if (this.reported.has(err)) return;
+      this.reported.add(err);
+    }
+    if (isDatabaseUnavailable(err)) log.warn('actor_host_pump_deferred', { instanceId, error: err });
+    else log.error('actor_host_pump_failed', { instanceId, error: err });
+  }
+
+  /** Failures already logged (reportPumpFailure). */
+  private readonly reported = new WeakSet<object>();
+
+  /** One pump, or the running one's next round; rejects with the pump's failure (retry armed). */
+  private async pumpNow(instanceId: string): Promise<PumpReport> {
     await this.rememberInstance(instanceId);
     if (this.pumping) {
       this.again = true;
@@ -182,14 +226,11 @@ export class ActorHost extends DurableObject<Env> {
       return;
     }
     try {
-      await this.wake(instanceId);
+      await this.pumpNow(instanceId);
     } catch (err) {
-      // The retry alarm below is the handling either way. A database that refused or dropped
-      // the connection (the server at its ceiling, the isolate's connection budget spent: the
-      // overload this host is expected to ride out) is a warning operators count, not an error
-      // per pump; anything else is a bug or bad data and stays an error.
-      if (isDatabaseUnavailable(err)) log.warn('actor_host_pump_deferred', { instanceId, error: err });
-      else log.error('actor_host_pump_failed', { instanceId, error: err });
+      // The retry alarm below is the handling either way; the failure is logged once, as a
+      // warning when the database was unavailable (reportPumpFailure).
+      this.reportPumpFailure(instanceId, err);
       await this.alarmClock.set(Date.now() + PUMP_RETRY_MS);
     }
   }

@@ -69,10 +69,23 @@ function describeError(e: Error): Fields {
   };
 }
 
+function describeEvent(e: Event): Fields {
+  const { message, error } = e as Event & { message?: unknown; error?: unknown };
+  return {
+    name: e.constructor?.name || 'Event',
+    message: typeof message === 'string' && message ? message : e.type,
+    ...(error instanceof Error ? { cause: describeError(error) } : {}),
+  };
+}
+
 /** Fields whose name could carry a secret replaced, errors described, depth bounded (reused by workers/alerts). */
 export function redact(value: unknown, depth = 0): unknown {
   if (value === null || typeof value !== 'object') return value;
   if (value instanceof Error) return describeError(value);
+  // A WebSocket's error event, which the Neon driver emits as the error of a lost connection:
+  // its fields are prototype getters, so the loop below printed only the `client` pg-pool sets
+  // on it (the driver's whole client, never the cause).
+  if (typeof Event === 'function' && value instanceof Event) return describeEvent(value);
   // Deeper than this is a library's internals (a driver's client, a socket): never printed.
   if (depth > 4) return '[truncated]';
   if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1));

@@ -151,6 +151,36 @@ describe('the isolate connection budget (DB_ISOLATE_MAX_CONNECTIONS)', () => {
   });
 });
 
+describe('the gate hand-off (issue 35 hole 11)', () => {
+  it('gate.gone_waiter_dropped: a waiter still queued past its wait (its request cancelled, its timers never ran) is dropped when a place frees, not given a place nobody would take', async () => {
+    let now = 1_000_000;
+    const gate = new ConnectionGate(1, () => now);
+    const first = await gate.acquire('answer', 0);
+    const gone = gate.acquire('answer', 100).then(
+      () => 'granted',
+      (e: unknown) => (e instanceof ConnectionBudgetSpent ? 'refused' : String(e)),
+    );
+    expect(gate.snapshot()).toMatchObject({ held: 1, waitingAnswer: 1 });
+    // Its wait ended more than a second ago and it never looked (same tick: no timer ran).
+    now += 100 + 1001;
+    first.release();
+    expect(gate.snapshot()).toMatchObject({ held: 0, waitingAnswer: 0 });
+    expect(await gone).toBe('refused');
+  });
+
+  it('gate.waiter_granted_after_its_wait_ends_keeps_it: a place assigned just before the waiter looks is taken, never lost', async () => {
+    let now = 1_000_000;
+    const gate = new ConnectionGate(1, () => now);
+    const first = await gate.acquire('answer', 0);
+    const late = gate.acquire('answer', 100);
+    now += 150; // past its wait, within the grace: still served
+    first.release();
+    expect(gate.snapshot()).toMatchObject({ held: 1, waitingAnswer: 0 });
+    (await late).release();
+    expect(gate.snapshot()).toMatchObject({ held: 0 });
+  });
+});
+
 describe('the webhook in the isolate connection budget', () => {
   const direct = testPool(2);
   afterAll(() => direct.end());

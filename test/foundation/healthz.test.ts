@@ -1,7 +1,9 @@
 import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { isolateGate, type Permit } from '../../workers/db/gate';
 import { poolStats } from '../../workers/db/pool';
+import { HEALTH_BUDGET_MS, HEALTH_GATE_WAIT_MS } from '../../workers/health/routes';
 import worker from '../../workers/index';
 import { captureLogLines } from '../helpers/logs';
 
@@ -41,6 +43,60 @@ describe('GET /healthz', () => {
     }
     expect(poolStats.opened - before.opened).toBe(3);
     expect(poolStats.ended - before.ended).toBe(3);
+  });
+});
+
+/**
+ * Issue 35 hole 11: a health check is an answer too. The budget is held by taking the isolate
+ * gate's permits directly (the Worker's configuration keeps its 256 places), so each test holds
+ * exactly the places it names for as long as it says (docs/operations.md "Health check").
+ */
+describe('GET /healthz under load (the isolate connection budget)', () => {
+  const held: Permit[] = [];
+  afterEach(() => {
+    for (const p of held.splice(0)) p.release();
+  });
+
+  async function hold(priority: 'background' | 'answer', count: number) {
+    for (let i = 0; i < count; i++) held.push(await isolateGate.acquire(priority, 0));
+  }
+
+  async function concurrentChecks(n: number) {
+    const started = Date.now();
+    return Promise.all(
+      Array.from({ length: n }, async () => {
+        const res = await exports.default.fetch('http://test/healthz');
+        return {
+          status: res.status,
+          db: ((await res.json()) as { db: string }).db,
+          ms: Date.now() - started,
+        };
+      }),
+    );
+  }
+
+  it('health.background_exhausted: with every background place held, 16 concurrent checks answer 200 db ok (the places kept for answers)', async () => {
+    await exports.default.fetch('http://test/healthz'); // the gate takes the Worker's configuration
+    await hold('background', isolateGate.snapshot().backgroundCapacity);
+    expect(isolateGate.snapshot()).toMatchObject({
+      heldBackground: isolateGate.snapshot().backgroundCapacity,
+    });
+    const checks = await concurrentChecks(16);
+    expect(checks.map((c) => [c.status, c.db])).toEqual(Array(16).fill([200, 'ok']));
+    expect(Math.max(...checks.map((c) => c.ms))).toBeLessThan(HEALTH_BUDGET_MS);
+  });
+
+  it('health.busy_is_healthy: with every place held (answers queue too), 16 concurrent checks answer 200 db busy within their short gate wait, and leave no waiter behind', async () => {
+    await exports.default.fetch('http://test/healthz');
+    const { capacity, backgroundCapacity } = isolateGate.snapshot();
+    await hold('background', backgroundCapacity);
+    await hold('answer', capacity - backgroundCapacity);
+    const checks = await concurrentChecks(16);
+    expect(checks.map((c) => [c.status, c.db])).toEqual(Array(16).fill([200, 'busy']));
+    // Refused by the gate after HEALTH_GATE_WAIT_MS, long before the 2 s the check allows.
+    expect(Math.max(...checks.map((c) => c.ms))).toBeLessThan(HEALTH_BUDGET_MS);
+    expect(Math.min(...checks.map((c) => c.ms))).toBeGreaterThanOrEqual(HEALTH_GATE_WAIT_MS - 10);
+    expect(isolateGate.snapshot()).toMatchObject({ held: capacity, waitingAnswer: 0 });
   });
 });
 

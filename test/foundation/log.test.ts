@@ -41,4 +41,19 @@ describe('log lines of caught errors', () => {
     const url = new URL(env.DATABASE_URL!.replace(/^postgres(ql)?:/, 'http:'));
     expect(line).not.toContain(`${url.username}:${url.password}@`);
   });
+
+  it("describe a WebSocket's error event (what the driver emits for a lost connection) by its class and message, not the client pg-pool sets on it", async () => {
+    const client = await pool.connect();
+    const event = Object.assign(new ErrorEvent('error', { message: 'Network connection lost.' }), { client });
+    const logs = captureLogLines();
+    try {
+      log.error('test_event_error', { error: event });
+    } finally {
+      logs.restore();
+      client.release();
+    }
+    expect(logs.events('test_event_error')).toEqual([
+      expect.objectContaining({ error: { name: 'ErrorEvent', message: 'Network connection lost.' } }),
+    ]);
+  });
 });

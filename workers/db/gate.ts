@@ -39,8 +39,28 @@ interface Held {
 }
 
 interface Waiter {
-  grant(permit: Permit): void;
+  /** Set by whoever frees the place; the waiter picks it up from its own I/O context. */
+  permit?: Permit;
+  /** When it stops waiting (Date.now ms). */
+  until: number;
 }
+
+/**
+ * A waiter still queued this long after its wait ended is gone (its request was cancelled, so
+ * its timers never ran to withdraw it): it is dropped, never given a place nobody would take.
+ */
+const GONE_AFTER_MS = 1000;
+
+/**
+ * How often, at most, a waiter looks whether it was given a place (it starts at 1 ms and
+ * doubles up to this). A waiter is never resolved by the code that frees the place: that code
+ * runs in another request's (or Durable Object's) I/O context, and in workerd the waiter's
+ * continuation then ran there. Its connection was opened on behalf of the other request, and
+ * the first use from its own failed with "Cannot perform I/O on behalf of a different request"
+ * (an unhandled rejection in the driver), its request hung ("Promise will never complete"),
+ * and its place was never given back (issue 35 hole 11, test gate.handoff_across_requests).
+ */
+export const WAITER_POLL_MAX_MS = 8;
 
 /**
  * A permit older than this is taken back (and logged): no pass, wake or request of this
@@ -59,7 +79,9 @@ export const PERMIT_MAX_HOLD_MS = 10 * 60_000;
  * burst waits here, in the isolate, for milliseconds, instead of failing at the server.
  *
  * One per isolate (module state): in workerd, requests and Durable Objects of one Worker share
- * it, and a waiter resolved by another request's release resumes in its own I/O context.
+ * it. A place freed by one request goes to a waiter of another, which picks it up from its own
+ * I/O context (WAITER_POLL_MAX_MS): resolved from the freeing request's, the waiter's connect
+ * ran in that one, which workerd forbids.
  */
 export class ConnectionGate {
   private capacity: number;
@@ -92,29 +114,36 @@ export class ConnectionGate {
   acquire(priority: ConnectionPriority, waitMs: number): Promise<Permit> {
     if (!this.grantsNow(priority)) this.reclaimExpired();
     if (this.grantsNow(priority)) return Promise.resolve(this.grant(priority));
-    const queued = Date.now();
+    const queued = this.now();
     return new Promise<Permit>((resolve, reject) => {
       const queue = this.waiting[priority];
-      const waiter: Waiter = {
-        grant: (permit) => {
-          clearTimeout(timer);
-          // Only waits are measured (a place granted at once costs nothing to graph).
-          metric('db_gate_wait_ms', Date.now() - queued, 'granted', priority);
-          resolve(permit);
-        },
-      };
-      const timer = setTimeout(() => {
-        const at = queue.indexOf(waiter);
-        if (at < 0) return; // Already granted: nothing to withdraw.
-        queue.splice(at, 1);
-        metric('db_gate_wait_ms', Date.now() - queued, 'refused', priority);
-        reject(
-          new ConnectionBudgetSpent(
-            `timeout exceeded when trying to connect: this isolate's ${this.capacity} database connections stayed in use for ${waitMs} ms`,
-          ),
-        );
-      }, waitMs);
+      const waiter: Waiter = { until: queued + waitMs };
       queue.push(waiter);
+      // Every step of the wait runs in the waiter's own I/O context: its own timers (above).
+      let delay = 1;
+      const look = () => {
+        const waited = this.now() - queued;
+        if (waiter.permit) {
+          // Only waits are measured (a place granted at once costs nothing to graph).
+          metric('db_gate_wait_ms', waited, 'granted', priority);
+          resolve(waiter.permit);
+          return;
+        }
+        if (waited >= waitMs) {
+          const at = queue.indexOf(waiter);
+          if (at >= 0) queue.splice(at, 1);
+          metric('db_gate_wait_ms', waited, 'refused', priority);
+          reject(
+            new ConnectionBudgetSpent(
+              `timeout exceeded when trying to connect: this isolate's ${this.capacity} database connections stayed in use for ${waitMs} ms`,
+            ),
+          );
+          return;
+        }
+        setTimeout(look, Math.min(delay, waitMs - waited));
+        delay = Math.min(delay * 2, WAITER_POLL_MAX_MS);
+      };
+      setTimeout(look, Math.min(delay, waitMs));
     });
   }
 
@@ -168,7 +197,11 @@ export class ConnectionGate {
   private serve(): void {
     for (const priority of ['answer', 'background'] as const) {
       const queue = this.waiting[priority];
-      while (queue.length > 0 && this.fits(priority)) queue.shift()!.grant(this.grant(priority));
+      while (queue.length > 0 && this.fits(priority)) {
+        const waiter = queue.shift()!;
+        if (this.now() > waiter.until + GONE_AFTER_MS) continue;
+        waiter.permit = this.grant(priority);
+      }
     }
   }
 

@@ -114,10 +114,15 @@ class GatedClient extends Client {
         throw err;
       });
       if (!callback) return settled;
-      settled.then(
-        () => callback(null),
-        (err: Error) => callback(err),
-      );
+      // pg-pool's callback (the only caller that passes one) settles its own promise, which its
+      // caller awaits; should the callback itself throw, that is logged here rather than left an
+      // unhandled rejection of this chain (issue 35 hole 11: nothing from the driver uncaught).
+      settled
+        .then(
+          () => callback(null),
+          (err: Error) => callback(err),
+        )
+        .catch((err: unknown) => log.error('db_connect_callback_failed', { error: err }));
       return undefined;
     }) as typeof this.connect;
   }

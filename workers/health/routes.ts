@@ -1,19 +1,58 @@
 import { Hono } from 'hono';
 import type { AppEnv } from '../context';
+import { ConnectionBudgetSpent, isolateGate } from '../db/gate';
+import { openPool } from '../db/pool';
 import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 
-const HEALTH_BUDGET_MS = 2000;
+/** Connecting and `select 1`, together: past it the database is reported down. */
+export const HEALTH_BUDGET_MS = 2000;
 
-/** GET /healthz: the database as the Worker sees it, through the Neon driver. */
+/**
+ * How long a health check waits for a place in the isolate's connection budget (db/gate.ts).
+ * Short: a budget every place of which stays in use this long means the isolate is busy
+ * serving (its connections are open and working), which is an answer in itself; waiting the
+ * connect budget, as requests do, made a health check at 64 concurrent fail for a Worker that
+ * was answering everything else (issue 35 hole 11).
+ */
+export const HEALTH_GATE_WAIT_MS = 250;
+
+/**
+ * GET /healthz: the database as the Worker sees it, through the Neon driver, on a connection of
+ * its own taken as an `answer` (it passes waiting background work, and background work can
+ * never hold the places kept for answers).
+ *
+ * - 200 `db: "ok"`: `select 1` answered within HEALTH_BUDGET_MS.
+ * - 200 `db: "busy"`: every place of the isolate's budget stayed in use for HEALTH_GATE_WAIT_MS.
+ *   Those connections are the isolate's work in progress: busy is healthy. A load balancer or
+ *   uptime monitor that took a busy Worker out would move its load onto the others.
+ * - 503 `db: "down"`: the connection or the statement failed, or did not finish in time.
+ */
 export const health = new Hono<AppEnv>().get('/', async (c) => {
   const started = Date.now();
+  const pool = openPool(c.var.config, { max: 1, priority: 'answer', gateWaitMs: HEALTH_GATE_WAIT_MS });
   try {
-    const pool = c.var.db();
     await withTimeout(pool.query('select 1'), HEALTH_BUDGET_MS, () => new Error('db timeout'));
     return c.json({ status: 'ok', db: 'ok', latencyMs: Date.now() - started });
   } catch (err) {
+    if (err instanceof ConnectionBudgetSpent) {
+      // Handled by design (above): the isolate is serving its budget's worth of connections.
+      // Logged at info (a saturated isolate's health checks would otherwise be a warning each);
+      // the refusals are counted by db_gate_wait_ms (refused, answer).
+      const { held, capacity, waitingAnswer } = isolateGate.snapshot();
+      log.info('health_db_busy', { held, capacity, waitingAnswer });
+      return c.json({ status: 'ok', db: 'busy', latencyMs: Date.now() - started });
+    }
     log.warn('health_db_down', { error: err });
     return c.json({ status: 'degraded', db: 'down', latencyMs: Date.now() - started }, 503);
+  } finally {
+    // After the answer: ending waits for the socket, which the answer need not.
+    const ending = pool.end();
+    try {
+      c.executionCtx.waitUntil(ending);
+    } catch {
+      // By design: no execution context (a direct app.request in a test), so end it now.
+      await ending;
+    }
   }
 });
