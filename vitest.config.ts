@@ -101,11 +101,15 @@ function workersProject(name: string, include: string[], exclude: string[], isol
 /**
  * Files that need a runtime of their own: the retention Worker's RetentionCleanup object (an
  * auxiliary Worker's Durable Object, which a test cannot reach to clear) keeps its generation
- * and stop from one file to the next; the connection gate's files count the isolate's places
- * exactly (module state: a pool an earlier file's aborted object never ended still holds one
- * until PERMIT_MAX_HOLD_MS).
+ * and stop from one file to the next; the connection gate's files and the health check count the
+ * isolate's places exactly (module state: a pool an earlier file's aborted object never ended
+ * still holds one until PERMIT_MAX_HOLD_MS).
  */
-const ISOLATED = ['test/retention-admin/**/*.test.ts', 'test/foundation/db.gate*.test.ts'];
+const ISOLATED = [
+  'test/retention-admin/**/*.test.ts',
+  'test/foundation/db.gate*.test.ts',
+  'test/foundation/healthz.test.ts',
+];
 
 /**
  * Files at once, in every project (vitest runs projects of one group with one count). Three on
