@@ -62,6 +62,10 @@ export const ALERTS: Readonly<Record<string, AlertRule>> = {
   retention_rollback_contract_unread: { level: 'warn', key: [] },
   health_db_down: { level: 'warn', key: [] },
   db_pool_error: { level: 'error', key: [] },
+  db_connect_callback_failed: { level: 'error', key: [] },
+  // A busy isolate is healthy (docs/operations.md "Health check"), but saturated: worth one
+  // notification per dedupe window.
+  health_db_busy: { level: 'info', key: [] },
   db_connection_lost: { level: 'warn', key: [] },
   lark_after_answer_failed: { level: 'error', key: [] },
   channel_wake_failed: { level: 'warn', key: [] },
