@@ -1,4 +1,3 @@
-import type { Pool } from '@neondatabase/serverless';
 import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import { registerProcess, stopProcess } from '../../workers/effects/processes';
@@ -11,7 +10,7 @@ import {
 import { completeEffects } from '../../workers/effects/scheduler';
 import { advanceDbClock, setDbClockOffset } from '../helpers/db';
 import { bindingRow, claimOf, config, effectRow, emit, newInstance, racer, raceScope } from './helpers';
-import { holdRows, rowOf, waitsOn } from './row-locks';
+import { holdRows, inHeapOrder, layOutAgainstIdOrder, rowOf, waitsOn } from './row-locks';
 
 /**
  * spec: "Lock order is origin instance, effects ordered by ID, recovery bindings ordered by
@@ -30,34 +29,10 @@ import { holdRows, rowOf, waitsOn } from './row-locks';
  */
 const { pool, opened } = raceScope();
 
-const SEQ_SCAN =
-  'set local enable_indexscan = off; set local enable_indexonlyscan = off; ' +
-  'set local enable_bitmapscan = off; set local enable_mergejoin = off';
-
 async function openRacer() {
   const r = await racer();
   opened.push(r.pool);
   return r;
-}
-
-/** Runs `fn` in a transaction whose plans scan tables sequentially (heap order). */
-function inHeapOrder<T>(p: Pool, fn: (tx: Parameters<Parameters<typeof withTx>[2]>[0]) => Promise<T>) {
-  return withTx(p, { budgetMs: 10_000 }, async (tx) => {
-    await tx.query(SEQ_SCAN);
-    return fn(tx);
-  });
-}
-
-/** Lays `[lo, mid, hi]` out on the heap as hi, mid, lo (each update appends a row version). */
-async function layOutAgainstIdOrder(table: 'effects' | 'effect_recoveries', ids: string[]) {
-  const [lo, mid, hi] = ids;
-  const [key, touch] = table === 'effects' ? ['id', 'kind = kind'] : ['effect_id', 'timeout_ms = timeout_ms'];
-  for (const id of [mid, lo]) await pool.query(`update ${table} set ${touch} where ${key} = $1`, [id]);
-  const { rows } = await pool.query<{ id: string }>(
-    `select ${key} as id from ${table} where ${key} = any($1::uuid[]) order by ctid`,
-    [ids],
-  );
-  expect(rows.map((r) => r.id)).toEqual([hi, mid, lo]);
 }
 
 /** Three effects of one instance, claimed by one owner, IDs sorted. */
@@ -73,7 +48,7 @@ describe('spec: effects are locked in ID order, bindings in effect-ID order, by 
   it('process stop locks the effects it releases in ID order: a completion batch waits behind it, no deadlock', async () => {
     const { owner, ids } = await threeClaimed();
     const [lo, mid, hi] = ids as [string, string, string];
-    await layOutAgainstIdOrder('effects', ids);
+    await layOutAgainstIdOrder(pool, 'effects', ids);
     const holder = await holdRows(pool, opened, [['effects', mid]]);
     const stopper = await openRacer();
     const completer = await openRacer();
@@ -101,7 +76,7 @@ describe('spec: effects are locked in ID order, bindings in effect-ID order, by 
       ids.map((id) => ({ id, result: 1 })),
     );
     expect(done.accepted).toHaveLength(3);
-    await layOutAgainstIdOrder('effects', ids);
+    await layOutAgainstIdOrder(pool, 'effects', ids);
     await advanceDbClock(pool, 1000); // finished before now: prunable with retention 0
     const holder = await holdRows(pool, opened, [['effects', mid]]);
     const pruner = await openRacer();
@@ -132,7 +107,7 @@ describe('spec: effects are locked in ID order, bindings in effect-ID order, by 
       (await requestEffectRecovery(tx, inst, { effectId: lo, instanceId: inst, kind: 'noop' })).requestId,
       (await requestEffectRecovery(tx, inst, { effectId: hi, instanceId: inst, kind: 'noop' })).requestId,
     ]);
-    await layOutAgainstIdOrder('effect_recoveries', ids);
+    await layOutAgainstIdOrder(pool, 'effect_recoveries', ids);
     await setDbClockOffset(pool, 8 * 86_400_000);
     const holder = await holdRows(pool, opened, [['effect_recoveries', mid]]);
     const pruner = await openRacer();

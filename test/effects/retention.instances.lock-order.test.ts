@@ -8,7 +8,7 @@ import { pruneEffects, pruneExpiredBindings } from '../../workers/effects/recove
 import { completeEffects } from '../../workers/effects/scheduler';
 import { advanceDbClock, uid } from '../helpers/db';
 import { claimOf, effectRow, emit, neverBlocked, newInstance, racer, raceScope } from './helpers';
-import { holdRows, rowOf, waitsOn } from './row-locks';
+import { holdRows, inHeapOrder, layOutAgainstIdOrder, rowOf, waitsOn } from './row-locks';
 
 /**
  * Issue 35 hole 9: deleting an instance must lock its rows in the order every other path uses
@@ -30,33 +30,10 @@ const DAY = 86_400_000;
 const TYPE = 'ret-order';
 const rules: InstanceRetentionRule[] = [{ actorType: TYPE, idleMs: DAY }];
 
-const SEQ_SCAN =
-  'set local enable_indexscan = off; set local enable_indexonlyscan = off; ' +
-  'set local enable_bitmapscan = off; set local enable_mergejoin = off';
-
 async function openRacer() {
   const r = await racer();
   opened.push(r.pool);
   return r;
-}
-
-function inHeapOrder<T>(p: Pool, fn: (tx: Parameters<Parameters<typeof withTx>[2]>[0]) => Promise<T>) {
-  return withTx(p, { budgetMs: 10_000 }, async (tx) => {
-    await tx.query(SEQ_SCAN);
-    return fn(tx);
-  });
-}
-
-/** Lays `[lo, mid, hi]` out on the heap as hi, mid, lo (each update appends a row version). */
-async function layOutAgainstIdOrder(table: 'effects' | 'effect_recoveries', ids: string[]) {
-  const [lo, mid, hi] = ids;
-  const [key, touch] = table === 'effects' ? ['id', 'kind = kind'] : ['effect_id', 'timeout_ms = timeout_ms'];
-  for (const id of [mid, lo]) await pool.query(`update ${table} set ${touch} where ${key} = $1`, [id]);
-  const { rows } = await pool.query<{ id: string }>(
-    `select ${key} as id from ${table} where ${key} = any($1::uuid[]) order by ctid`,
-    [ids],
-  );
-  expect(rows.map((r) => r.id)).toEqual([hi, mid, lo]);
 }
 
 /** An instance whose three effects completed (bound for recovery when asked), IDs sorted. */
@@ -79,7 +56,7 @@ describe('issue 35 hole 9: instance retention locks in the runtime order, agains
   it('instance retention deletes the effects in ID order: effect pruning, held behind it on the lowest effect, waits; no deadlock, the retention deletes the instance and the prune finds nothing left', async () => {
     const { inst, ids } = await threeFinished();
     const [lo, mid] = ids;
-    await layOutAgainstIdOrder('effects', ids);
+    await layOutAgainstIdOrder(pool, 'effects', ids);
     await advanceDbClock(pool, 2 * DAY); // idle for the rule's day, and past effect retention
     const [loRow, midRow] = [await rowOf(pool, 'effects', lo), await rowOf(pool, 'effects', mid)];
     const holder = await holdRows(pool, opened, [['effects', mid]]);
@@ -101,7 +78,7 @@ describe('issue 35 hole 9: instance retention locks in the runtime order, agains
   it('instance retention deletes the bindings in effect-ID order: binding pruning, held behind it on the lowest binding, waits; no deadlock', async () => {
     const { inst, ids } = await threeFinished({ recovery: { operation: 'replace' } });
     const [lo, mid] = ids;
-    await layOutAgainstIdOrder('effect_recoveries', ids);
+    await layOutAgainstIdOrder(pool, 'effect_recoveries', ids);
     await advanceDbClock(pool, 8 * DAY); // the bindings' 7-day lifetime is over
     const [loRow, midRow] = [
       await rowOf(pool, 'effect_recoveries', lo),

@@ -1,4 +1,6 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { expect } from 'vitest';
+import { withTx } from '../../workers/db/tx';
 import { waitUntilBlocked } from '../helpers/db';
 
 /** The key column of each table a lock-protocol test holds or names a row of. */
@@ -77,4 +79,35 @@ export async function waitsOn(pool: Pool, pid: number): Promise<string> {
     [pid],
   );
   return rows.length === 1 ? rows[0]!.row : 'other';
+}
+
+const SEQ_SCAN =
+  'set local enable_indexscan = off; set local enable_indexonlyscan = off; ' +
+  'set local enable_bitmapscan = off; set local enable_mergejoin = off';
+
+/** Runs `fn` in a transaction whose plans scan tables sequentially (heap order). */
+export function inHeapOrder<T>(p: Pool, fn: (tx: Parameters<Parameters<typeof withTx>[2]>[0]) => Promise<T>) {
+  return withTx(p, { budgetMs: 10_000 }, async (tx) => {
+    await tx.query(SEQ_SCAN);
+    return fn(tx);
+  });
+}
+
+/**
+ * Lays `[lo, mid, hi]` out on the heap as hi, mid, lo (each update appends a row version), so a
+ * path that locks in heap order locks against ID order; the layout is asserted, never assumed.
+ */
+export async function layOutAgainstIdOrder(
+  pool: Pool,
+  table: 'effects' | 'effect_recoveries',
+  ids: string[],
+) {
+  const [lo, mid, hi] = ids;
+  const [key, touch] = table === 'effects' ? ['id', 'kind = kind'] : ['effect_id', 'timeout_ms = timeout_ms'];
+  for (const id of [mid, lo]) await pool.query(`update ${table} set ${touch} where ${key} = $1`, [id]);
+  const { rows } = await pool.query<{ id: string }>(
+    `select ${key} as id from ${table} where ${key} = any($1::uuid[]) order by ctid`,
+    [ids],
+  );
+  expect(rows.map((r) => r.id)).toEqual([hi, mid, lo]);
 }
