@@ -35,8 +35,11 @@ beforeAll(async () => {
   // The objects the check woke start from their constructor again, as in a runtime of their own.
   await abortAllDurableObjects();
   if (env.LARK_API_BASE) {
-    const { calls } = (await (await fetch(`${env.LARK_API_BASE}/__emulator/calls`)).json()) as { calls: unknown[] };
-    if (calls.length > 0) throw new Error(`test harness: ${calls.length} emulator call(s) left by an earlier file`);
+    const { calls } = (await (await fetch(`${env.LARK_API_BASE}/__emulator/calls`)).json()) as {
+      calls: unknown[];
+    };
+    if (calls.length > 0)
+      throw new Error(`test harness: ${calls.length} emulator call(s) left by an earlier file`);
   }
 });
 
