@@ -109,6 +109,10 @@ const ISOLATED = [
   'test/retention-admin/**/*.test.ts',
   'test/foundation/db.gate*.test.ts',
   'test/foundation/healthz.test.ts',
+  // Under a shared runtime its first case failed in 2 of 9 full runs (the check staged in the
+  // post-effect drain left unanswered by that wake, `outcome: null`), never alone or with the
+  // other effects files; the cause is not found yet (docs/toolchain.md).
+  'test/effects/actor-host.latency.test.ts',
 ];
 
 /**
