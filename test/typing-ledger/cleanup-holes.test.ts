@@ -143,22 +143,29 @@ async function callsOn(messageId: string, route?: string): Promise<Call[]> {
   return (await emu<{ calls: Call[] }>(q)).calls;
 }
 
+/**
+ * Hole 1's starting point: an Add applied at Lark whose answer was lost (uncertain, no reaction
+ * id, claimable after a minute), and a retry pass that claimed the unsettled row (resolve mode)
+ * held on its listing.
+ */
+async function passHeldOnUnsettledRow() {
+  const inst = await install();
+  const session = uid('s');
+  const messageId = await newMessage();
+  const reg = await register(pool, inst, { sessionId: session, messageId, position: 1 });
+  const id = registeredId(reg);
+  await emu('faults', { route: 'reactions.create', kind: 'lost_response' });
+  expect(await addTypingBadge(pool, reg)).toBe('uncertain');
+  await advanceClocks(pool, 61_000);
+  await emu('faults', { route: 'reactions.list', kind: 'hold' });
+  const pass = runRemoteRetry(pool, { keys: keys(), scope: scopeOf(inst) });
+  await untilHeld('reactions.list');
+  return { inst, session, messageId, id, pass };
+}
+
 describe('hole 1: adoption after a concurrent settlement', () => {
   it('adopt.settled_meanwhile_keeps_schedule: the retry pass finds the badge after the turn settled and its after-commit listing was held by a 429: the row keeps a next attempt and the first pass after the reset deletes the badge', async () => {
-    const inst = await install();
-    const session = uid('s');
-    const messageId = await newMessage();
-    const reg = await register(pool, inst, { sessionId: session, messageId, position: 1 });
-    const id = registeredId(reg);
-    // Applied at Lark, answer lost: uncertain, no reaction id, claimable after a minute.
-    await emu('faults', { route: 'reactions.create', kind: 'lost_response' });
-    expect(await addTypingBadge(pool, reg)).toBe('uncertain');
-    await advanceClocks(pool, 61_000);
-
-    // The retry pass claims the unsettled row (resolve mode) and its listing is held.
-    await emu('faults', { route: 'reactions.list', kind: 'hold' });
-    const pass = runRemoteRetry(pool, { keys: keys(), scope: scopeOf(inst) });
-    await untilHeld('reactions.list');
+    const { inst, session, messageId, id, pass } = await passHeldOnUnsettledRow();
 
     // Meanwhile the turn settles; its after-commit listing answers 429 with a reset.
     const ids = await settle(session, 1);
@@ -183,17 +190,7 @@ describe('hole 1: adoption after a concurrent settlement', () => {
   });
 
   it('adopt.settled_meanwhile_deleted_now: with the delete route free, the badge found for a row settled meanwhile is deleted by the same pass', async () => {
-    const inst = await install();
-    const session = uid('s');
-    const messageId = await newMessage();
-    const reg = await register(pool, inst, { sessionId: session, messageId, position: 1 });
-    const id = registeredId(reg);
-    await emu('faults', { route: 'reactions.create', kind: 'lost_response' });
-    expect(await addTypingBadge(pool, reg)).toBe('uncertain');
-    await advanceClocks(pool, 61_000);
-    await emu('faults', { route: 'reactions.list', kind: 'hold' });
-    const pass = runRemoteRetry(pool, { keys: keys(), scope: scopeOf(inst) });
-    await untilHeld('reactions.list');
+    const { inst, session, messageId, id, pass } = await passHeldOnUnsettledRow();
     await settle(session, 1);
     await releaseHeld();
     const report = await pass;
