@@ -69,7 +69,12 @@ afterAll(async () => {
         await new Promise((resolve) => setTimeout(resolve, 25));
       }
       await client.query(`drop database if exists ${database} with (force)`);
-      await client.query(`create database ${database} template ${inject('templateDatabase')}`);
+      // FILE_COPY: the template's files copied as they are, not written block by block into
+      // the WAL (the default since PG 15): a third less time per file on the embedded server
+      // (fsync off), measured three files at once.
+      await client.query(
+        `create database ${database} template ${inject('templateDatabase')} strategy file_copy`,
+      );
     } finally {
       client.release();
     }

@@ -78,7 +78,8 @@ export async function createFileDatabase(
 ): Promise<string> {
   fileCount += 1;
   const database = `${prefix}_f${fileCount}`;
-  await adminQuery(adminUrl, `create database ${database} template ${template}`);
+  // FILE_COPY, as the file's own re-creation does (test/setup/file-database.ts).
+  await adminQuery(adminUrl, `create database ${database} template ${template} strategy file_copy`);
   return withDatabase(adminUrl, database);
 }
 

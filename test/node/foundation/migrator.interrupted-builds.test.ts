@@ -90,7 +90,11 @@ async function blockedBehind(
   });
   for (;;) {
     const { rows } = await c.query<{ pid: number; query: string }>(
-      'select pid, query from pg_stat_activity where $1 = any(pg_blocking_pids(pid)) limit 1',
+      // wait_event_type from the same snapshot as `query`: pg_stat_activity is read once per
+      // statement but pg_blocking_pids live, so without it a backend caught blocked could
+      // still show the statement it ran before (the migrator's schema_migrations read).
+      `select pid, query from pg_stat_activity
+        where $1 = any(pg_blocking_pids(pid)) and wait_event_type = 'Lock' limit 1`,
       [holderPid],
     );
     if (rows[0]) return rows[0];
