@@ -9,7 +9,7 @@ import { MIGRATIONS_DIR } from '../../setup/stack';
 /**
  * Issue 35 holes 3 and 4, pinned by plan on a scratch database at scale:
  * - every pump's RECOVERY_DUE_SQL and the host's own pass (STALE_CANDIDATES_OF_INSTANCE_SQL)
- *   read one instance's processing effects through `effects_processing_origin`, never every
+ *   read one instance's processing effects through `effects_origin_status`, never every
  *   effect in flight in the service (12,000 here, across 1,200 instances, all with live owners);
  * - the minute poll reads due messages through `actor_mailbox_due` (due-time order), never a
  *   sequential scan of the mailbox.
@@ -97,7 +97,7 @@ it('every pump reads only its own instance processing effects: RECOVERY_DUE_SQL 
     expect(effects.length).toBeGreaterThan(0);
     for (const r of effects) {
       expect(r.type).not.toBe('Seq Scan');
-      expect(r.index).toBe('effects_processing_origin');
+      expect(r.index).toBe('effects_origin_status');
       expect(r.cond).toMatch(/origin_instance_id/);
     }
   }

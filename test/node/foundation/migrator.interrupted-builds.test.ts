@@ -174,6 +174,25 @@ describe('the list of concurrent builds comes from the migration files', () => {
 
 const builds = await concurrentBuilds();
 
+/**
+ * The builds whose index the schema still has: an index a later migration drops (0140's
+ * `effects_processing_origin` and 0150's `effects_origin`, replaced by 0160) is gone from a
+ * migrated database, and its build can only be interrupted before that later file runs,
+ * which the runner's order already covers for it as for any other file.
+ */
+async function liveBuilds(all: Build[]): Promise<Build[]> {
+  const dropped = new Map<string, number>();
+  for (const f of await readMigrations(MIGRATIONS_DIR))
+    for (const s of splitStatements(f.sql)) {
+      const m = /^\s*drop\s+index\s+(?:concurrently\s+)?(?:if\s+exists\s+)?(?:"?(\w+)"?\.)?"?(\w+)"?/i.exec(
+        s.replace(/--.*$/gm, ''),
+      );
+      if (m) dropped.set(`${m[1] ?? 'public'}.${m[2]}`, f.version);
+    }
+  return all.filter((b) => !((dropped.get(key(b)) ?? 0) > b.version));
+}
+const live = await liveBuilds(builds);
+
 describe('interrupted-build recovery, for every concurrently built index', () => {
   let url = '';
   let c: pg.Client;
@@ -190,12 +209,12 @@ describe('interrupted-build recovery, for every concurrently built index', () =>
   });
   afterAll(() => c?.end());
 
-  it.each(builds.map((b) => [`${b.file}: ${b.index}`, b] as const))(
+  it.each(live.map((b) => [`${b.file}: ${b.index}`, b] as const))(
     '%s: an INVALID index left by an interrupted build is dropped and rebuilt; every valid index keeps its OID',
     async (_, b) => {
-      const before = await indexStates(c, builds);
+      const before = await indexStates(c, live);
       expect([...before.values()].every((s) => s.valid)).toBe(true);
-      expect(before.size).toBe(builds.length);
+      expect(before.size).toBe(live.length);
 
       await interruptBuild(url, c, b);
       const broken = (await indexStates(c, [b])).get(key(b));
@@ -206,7 +225,7 @@ describe('interrupted-build recovery, for every concurrently built index', () =>
       expect(recorded).toEqual([]);
 
       expect(await migrate(url, { dir: MIGRATIONS_DIR })).toEqual([b.file]);
-      const after = await indexStates(c, builds);
+      const after = await indexStates(c, live);
       const rebuilt = after.get(key(b))!;
       expect(rebuilt.valid).toBe(true);
       expect(rebuilt.oid).not.toBe(broken!.oid); // dropped, then built anew
@@ -218,15 +237,15 @@ describe('interrupted-build recovery, for every concurrently built index', () =>
   );
 
   it('a rerun over valid indexes whose files were never recorded keeps every one of them (same OIDs)', async () => {
-    const before = await indexStates(c, builds);
+    const before = await indexStates(c, live);
     const versions = [...new Set(builds.map((b) => b.version))];
     // A run that built every index and lost its connection before recording the file.
     await c.query('delete from schema_migrations where version = any($1)', [versions]);
     const applied = await migrate(url, { dir: MIGRATIONS_DIR });
     expect(applied.sort()).toEqual([...new Set(builds.map((b) => b.file))].sort());
-    expect(await indexStates(c, builds)).toEqual(before);
+    expect(await indexStates(c, live)).toEqual(before);
     expect(await migrate(url, { dir: MIGRATIONS_DIR })).toEqual([]);
-    expect(await indexStates(c, builds)).toEqual(before);
+    expect(await indexStates(c, live)).toEqual(before);
   });
 });
 
