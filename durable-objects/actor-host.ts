@@ -4,7 +4,7 @@ import { openPool } from '../workers/db/pool';
 import { isDatabaseUnavailable } from '../workers/db/refusal';
 import { effectConfigFrom, heartbeatEveryMs } from '../workers/effects/host-config';
 import { loadInstance } from '../workers/effects/mailbox';
-import { heartbeat, registerProcess, releaseProcess } from '../workers/effects/processes';
+import { heartbeat, registerProcess, releaseProcess, supersedeProcess } from '../workers/effects/processes';
 import { processRecoveryChecks, RECOVERY_DUE_SQL, runRecoveryPass } from '../workers/effects/recovery';
 import { effectRegistry } from '../workers/effects/registry';
 import { drainInstance, runClaimedEffects } from '../workers/effects/runner';
@@ -45,6 +45,13 @@ const emptyReport = (): PumpReport => ({
 });
 
 const EFFECT_BATCH = 20;
+
+/**
+ * Storage key of the process this host registered and has not released yet. Written before
+ * a claim, deleted after the release: a new incarnation that finds one knows its predecessor
+ * restarted holding claims (an older version kept `processId`, and re-heartbeated it).
+ */
+const OWN_PROCESS_KEY = 'process:own';
 /**
  * After a failed pump (a handler threw, the database was unreachable) the host retries from
  * its alarm, whether the pump ran from an RPC wake or from the alarm: a failing message
@@ -254,13 +261,36 @@ export class ActorHost extends DurableObject<Env> {
     }
   }
 
-  /** Heartbeats this incarnation's process, or registers a new one (stopped, pruned, or none yet). */
+  /**
+   * Heartbeats this incarnation's process, or registers a new one (stopped, pruned, or none
+   * yet). A new one is written to storage before anything is claimed under it: a later
+   * incarnation that finds it there knows it is its predecessor's (supersedePrevious).
+   */
   private async beat(pool: Pool): Promise<string> {
     const known = this.ownProcessId;
     if (known && (await heartbeat(pool, known))) return known;
     const id = await registerProcess(pool, 'actor-host');
+    await this.ctx.storage.put(OWN_PROCESS_KEY, id);
     this.ownProcessId = id;
     return id;
+  }
+
+  /**
+   * The process an earlier incarnation of this host registered and never released (a restart
+   * came while it held claims: a deploy, an eviction, a crash). It is marked superseded, so its
+   * claims of kinds idempotent by key are recovered in this pump, not at the staleness floor;
+   * its other claims keep the floor (the platform does not promise that the old incarnation
+   * has stopped: docs/effects.md "Restarts and deploys"). True when there was one.
+   */
+  private async supersedePrevious(pool: Pool, instanceId: string): Promise<boolean> {
+    // Set only while this incarnation's own pump holds a process; pumps never overlap.
+    if (this.ownProcessId) return false;
+    const previous = await this.ctx.storage.get<string>(OWN_PROCESS_KEY);
+    if (!previous) return false;
+    if (await supersedeProcess(pool, previous))
+      log.info('actor_host_previous_incarnation', { instanceId, processId: previous });
+    await this.ctx.storage.delete(OWN_PROCESS_KEY);
+    return true;
   }
 
   private async storedRecoveryAt(): Promise<number | null> {
@@ -287,8 +317,9 @@ export class ActorHost extends DurableObject<Env> {
     pool: Pool,
     instanceId: string,
     config: EffectRuntimeConfig,
+    restarted: boolean,
   ): Promise<number | null> {
-    if ((await this.storedRecoveryAt()) === null) return null;
+    if (!restarted && (await this.storedRecoveryAt()) === null) return null;
     const r = await runRecoveryPass(pool, config, { instanceId, budgetMs: 10_000 });
     return r.retired + r.requeued;
   }
@@ -305,7 +336,8 @@ export class ActorHost extends DurableObject<Env> {
     }
     const report = emptyReport();
     // Before the drain: a retirement's recovery message is then delivered in this same pump.
-    const recovered = await this.recoverOwn(pool, instanceId, config);
+    const restarted = await this.supersedePrevious(pool, instanceId);
+    const recovered = await this.recoverOwn(pool, instanceId, config, restarted);
     report.recovered = recovered ?? 0;
     report.recoveredAt = recovered === null ? null : Date.now();
     report.handled = await drainInstance(pool, effectRegistry, instanceId, config);
@@ -348,6 +380,7 @@ export class ActorHost extends DurableObject<Env> {
       // recovery rules settle those claims). Rows then track work in flight, not every
       // conversation this service ever hosted; the next pump registers anew.
       await releaseProcess(pool, processId);
+      await this.ctx.storage.delete(OWN_PROCESS_KEY);
       this.ownProcessId = null;
     }
     // Completions may have sent callbacks (failed/completed) to this very mailbox.
@@ -382,7 +415,7 @@ export class ActorHost extends DurableObject<Env> {
                     (select app_now_ms() from effect_recovery_checks
                       where origin_instance_id = $1 and outcome is null limit 1)) as next,
               (${RECOVERY_DUE_SQL}) as due`,
-      [instanceId, config.staleAfterMs],
+      [instanceId, config.staleAfterMs, config.takeoverKinds ?? []],
     );
     const row = rows[0]!;
     const dbNow = Number(row.now);

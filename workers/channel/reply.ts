@@ -45,6 +45,9 @@ export interface ChannelDeps {
 export function replyExecutor(deps: ChannelDeps): EffectExecutor {
   return {
     kind: REPLY_KIND,
+    // Every generation posts with the turn's one uuid (deliveryUuid), which Lark deduplicates:
+    // a restarted host may run it again while its old incarnation's run is still in flight.
+    idempotentByKey: true,
     get timeoutMs() {
       return deps.config().AGENT_TIMEOUT_MS + DELIVERY_BUDGET_MS + 2000;
     },
@@ -159,6 +162,9 @@ export function settledExecutor(deps: ChannelDeps): EffectExecutor {
   return {
     kind: SETTLED_KIND,
     timeoutMs: 15_000,
+    // The typing ledger withdraws each badge once whoever runs it (its rows serialize the
+    // withdrawal): a second run finds the badge settled and deletes nothing.
+    idempotentByKey: true,
     async run(effect: ClaimedEffect, _signal: AbortSignal, ctx?: EffectRunContext) {
       await afterTurnSettled(deps.config(), effect.args as TurnSettlement, ctx?.pool);
       return { ok: true };

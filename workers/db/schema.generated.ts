@@ -146,6 +146,7 @@ export interface EffectProcesses {
   role: string;
   started_at_ms: Generated<Int8>;
   stopped_at_ms: Int8 | null;
+  superseded_at_ms: Int8 | null;
 }
 
 export interface EffectRecoveries {

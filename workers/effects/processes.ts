@@ -25,6 +25,22 @@ export async function heartbeat(q: Queryable, processId: string): Promise<boolea
 }
 
 /**
+ * Marks the process an earlier incarnation of an ActorHost registered and never released
+ * (its Durable Object storage kept the id) as superseded: that host has restarted. Its
+ * heartbeat is left alone (the platform does not promise the old incarnation has stopped, so
+ * it may still beat and keep its other claims), but its claims of kinds idempotent by key
+ * become recovery candidates at once (STALE_CANDIDATES_SQL, decideRecovery).
+ */
+export async function supersedeProcess(q: Queryable, processId: string): Promise<boolean> {
+  const res = await q.query(
+    `update effect_processes set superseded_at_ms = app_now_ms()
+      where id = $1 and superseded_at_ms is null`,
+    [processId],
+  );
+  return res.rowCount === 1;
+}
+
+/**
  * Graceful shutdown. Claims without a recovery opt-in go back to pending at once (they run
  * again elsewhere). Opted-in claims are kept, and the heartbeat is left as it was: it is
  * the evidence recovery reads, so those effects are retired only after their own grace.

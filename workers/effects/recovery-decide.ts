@@ -40,8 +40,9 @@ interface LockedEffect {
  */
 const OWNERS_THEN_NOW_SQL = `select app_now_ms() as now,
         coalesce(array_agg(l.id::text), '{}') as ids,
-        coalesce(array_agg(l.heartbeat_at_ms::text), '{}') as heartbeats
-   from (select id, heartbeat_at_ms from effect_processes
+        coalesce(array_agg(l.heartbeat_at_ms::text), '{}') as heartbeats,
+        coalesce(array_agg(l.superseded_at_ms is not null), '{}') as superseded
+   from (select id, heartbeat_at_ms, superseded_at_ms from effect_processes
           where id = any($1::bigint[]) order by id for share) l`;
 
 /**
@@ -69,15 +70,20 @@ async function lockAll(tx: Queryable, instanceId: string, effectIds: string[]) {
   const owners = [
     ...new Set(effects.rows.flatMap((e) => (e.status === 'processing' && e.locked_by ? [e.locked_by] : []))),
   ];
-  const { rows } = await tx.query<{ now: string; ids: string[]; heartbeats: string[] }>(OWNERS_THEN_NOW_SQL, [
-    owners,
-  ]);
-  const { now, ids, heartbeats } = rows[0]!;
+  const { rows } = await tx.query<{
+    now: string;
+    ids: string[];
+    heartbeats: string[];
+    superseded: boolean[];
+  }>(OWNERS_THEN_NOW_SQL, [owners]);
+  const { now, ids, heartbeats, superseded } = rows[0]!;
   return {
     effects: new Map(effects.rows.map((e) => [e.id, e])),
     bindings: new Map(bindings.rows.map((b) => [b.effect_id, b])),
     /** Locked heartbeat (ms) by owner process id; a missing owner has none. */
     heartbeats: new Map(ids.map((id, i) => [id, Number(heartbeats[i])])),
+    /** Owners a restarted host marked as its previous incarnation (supersedeProcess). */
+    superseded: new Set(ids.filter((_, i) => superseded[i])),
     now: Number(now),
   };
 }
@@ -122,7 +128,8 @@ export interface DecideResult {
 /**
  * The decision for a set of effects of one origin instance, inside the caller's
  * transaction. A stale owner is one that is missing or whose locked heartbeat is older
- * than greatest(runtime threshold, the binding's timeout). Opted-in stale effects are
+ * than greatest(runtime threshold, the binding's timeout), or, for a kind in
+ * `takeoverKinds`, one superseded by its host's next incarnation. Opted-in stale effects are
  * retired (binding stamped, claim cleared, stored as completed, `effect:<id>:recovery`
  * enqueued); others get ordinary scheduler behaviour (back to pending, or dead after the
  * last attempt). Check responses are enqueued after the recovery messages. All writes are
@@ -134,7 +141,7 @@ export async function decideRecovery(
   instanceId: string,
   effectIds: string[],
   checks: { requestId: string; effectId: string }[],
-  config: Pick<EffectRuntimeConfig, 'staleAfterMs'>,
+  config: Pick<EffectRuntimeConfig, 'staleAfterMs' | 'takeoverKinds'>,
 ): Promise<DecideResult> {
   const sorted = [...new Set(effectIds)].sort();
   const result: DecideResult = { outcomes: new Map(), retired: [], checkOutcomes: new Map() };
@@ -143,7 +150,8 @@ export async function decideRecovery(
     for (const id of sorted) result.outcomes.set(id, { outcome: 'missing' });
     return result;
   }
-  const { effects, bindings, heartbeats, now } = locked;
+  const { effects, bindings, heartbeats, superseded, now } = locked;
+  const takeover = new Set(config.takeoverKinds ?? []);
   const transitions: { id: string; next: Transition }[] = [];
   const messages: { key: string; payload: unknown }[] = [];
   for (const id of sorted) {
@@ -158,7 +166,12 @@ export async function decideRecovery(
     else {
       const heartbeat = e.locked_by ? heartbeats.get(e.locked_by) : undefined;
       const effective = Math.max(config.staleAfterMs, Number(b?.timeout_ms ?? 0));
-      const stale = heartbeat === undefined || heartbeat < now - effective;
+      // A superseded owner (the host's previous incarnation) may still be running, so it
+      // loses at once only claims that may run twice by design (idempotent by key).
+      const stale =
+        heartbeat === undefined ||
+        heartbeat < now - effective ||
+        (superseded.has(e.locked_by!) && takeover.has(e.kind));
       if (!stale) out = { outcome: 'deferred', ownerId: e.locked_by! };
       else if (b?.recovery_operation) {
         transitions.push({ id, next: 'retired' });

@@ -54,14 +54,18 @@ class Wakes {
   }
 }
 
-/** $1 = runtime threshold (ms), $2 = scan limit. Exported so tests can EXPLAIN the exact text. */
+/**
+ * $1 = runtime threshold (ms), $2 = scan limit, $3 = the kinds a superseded owner loses at once
+ * (`takeoverKinds`). Exported so tests can EXPLAIN the exact text.
+ */
 export const STALE_CANDIDATES_SQL = `select e.id, e.origin_instance_id
        from effects e
        left join effect_processes p on p.id = e.locked_by
        left join effect_recoveries r on r.effect_id = e.id
       where e.status = 'processing'
         and (p.id is null
-             or p.heartbeat_at_ms < (select app_now_ms()) - greatest($1::bigint, coalesce(r.timeout_ms, 0)))
+             or p.heartbeat_at_ms < (select app_now_ms()) - greatest($1::bigint, coalesce(r.timeout_ms, 0))
+             or (p.superseded_at_ms is not null and e.kind = any($3::text[])))
       order by e.id
       limit $2`;
 
@@ -73,22 +77,23 @@ export const STALE_CANDIDATES_SQL = `select e.id, e.origin_instance_id
  */
 export async function staleCandidates(
   q: Queryable,
-  config: Pick<EffectRuntimeConfig, 'staleAfterMs' | 'claimScanLimit'>,
+  config: Pick<EffectRuntimeConfig, 'staleAfterMs' | 'claimScanLimit' | 'takeoverKinds'>,
 ): Promise<{ id: string; origin_instance_id: string }[]> {
   const { rows } = await q.query<{ id: string; origin_instance_id: string }>(STALE_CANDIDATES_SQL, [
     config.staleAfterMs,
     config.claimScanLimit,
+    config.takeoverKinds ?? [],
   ]);
   return rows;
 }
 
 /**
- * The same prefilter for one origin instance ($3): what its own actor host recovers when its
- * recovery alarm fires. Reads the `effects_processing` partial index (work in flight).
+ * The same prefilter for one origin instance ($4): what its own actor host recovers when its
+ * recovery alarm fires. Reads one instance's processing range (`effects_origin_status`).
  */
 export const STALE_CANDIDATES_OF_INSTANCE_SQL = STALE_CANDIDATES_SQL.replace(
   "where e.status = 'processing'",
-  "where e.status = 'processing' and e.origin_instance_id = $3",
+  "where e.status = 'processing' and e.origin_instance_id = $4",
 );
 
 /**
@@ -96,10 +101,13 @@ export const STALE_CANDIDATES_OF_INSTANCE_SQL = STALE_CANDIDATES_SQL.replace(
  * heartbeat plus its effective timeout (the floor or the binding's longer override), or now
  * when the owner is gone. Null when nothing of the instance is in flight under an owner
  * other than `excludeOwner`. The actor host arms its alarm here, so a claim whose process
- * died is recovered at the staleness floor, not at the next minute cron.
+ * died is recovered at the staleness floor, not at the next minute cron; a claim of a kind in
+ * $3 held by a superseded process (the host's previous incarnation) is due now.
  */
-export const RECOVERY_DUE_SQL = `select min(coalesce(p.heartbeat_at_ms + greatest($2::bigint, coalesce(r.timeout_ms, 0)),
-                          (select app_now_ms()))) as due
+export const RECOVERY_DUE_SQL = `select min(case when p.superseded_at_ms is not null and e.kind = any($3::text[])
+                             then (select app_now_ms())
+                             else coalesce(p.heartbeat_at_ms + greatest($2::bigint, coalesce(r.timeout_ms, 0)),
+                                           (select app_now_ms())) end) as due
        from effects e
        left join effect_processes p on p.id = e.locked_by
        left join effect_recoveries r on r.effect_id = e.id
@@ -146,6 +154,7 @@ export async function runRecoveryPass(
         await pool.query<{ id: string; origin_instance_id: string }>(STALE_CANDIDATES_OF_INSTANCE_SQL, [
           config.staleAfterMs,
           config.claimScanLimit,
+          config.takeoverKinds ?? [],
           opts.instanceId,
         ])
       ).rows

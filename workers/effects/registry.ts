@@ -65,6 +65,15 @@ export interface EffectExecutor {
   /** Per-run budget; the signal aborts after it. Defaults to 30 s. */
   timeoutMs?: number;
   /**
+   * Running it again while an earlier run may still be in flight is harmless: the external
+   * system deduplicates by a key the effect derives from durable state (the Lark reply's
+   * `uuid`, a badge withdrawal the typing ledger serializes by row). A restarted ActorHost
+   * takes such claims over from its previous incarnation at once instead of waiting for the
+   * staleness floor; the old incarnation's late write-back is fenced away by owner
+   * (docs/effects.md "Restarts and deploys"). Every other kind keeps the staleness rule.
+   */
+  idempotentByKey?: boolean;
+  /**
    * Resolves with the result (stored, JSON) or throws (retry with backoff, then dead).
    * `ctx.pool` is the runner's own pool (the actor host's, in its I/O context): an executor
    * that needs the database uses it for autocommit statements instead of opening another
@@ -112,6 +121,11 @@ export class EffectRegistry {
 
   executor(kind: string): EffectExecutor | undefined {
     return this.executors.get(kind);
+  }
+
+  /** The kinds a restarted host may take over from its previous incarnation at once. */
+  takeoverKinds(): string[] {
+    return [...this.executors.values()].filter((e) => e.idempotentByKey).map((e) => e.kind);
   }
 }
 

@@ -85,6 +85,11 @@ export interface EffectRuntimeConfig {
   mailboxMaxAttempts?: number;
   /** Resolved explicit checks are kept this long. Optional for compatibility; default 1 day. */
   checkRetentionMs?: number;
+  /**
+   * Effect kinds idempotent by key (EffectExecutor.idempotentByKey): a claim of one by a
+   * superseded process (an ActorHost's previous incarnation) is recovered at once. Default none.
+   */
+  takeoverKinds?: readonly string[];
 }
 
 export const DEFAULT_EFFECT_CONFIG: EffectRuntimeConfig = {

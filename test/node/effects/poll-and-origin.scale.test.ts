@@ -90,8 +90,8 @@ async function plan(sql: string, params: unknown[]) {
 
 it('every pump reads only its own instance processing effects: RECOVERY_DUE_SQL and the host pass lead on origin_instance_id (12,000 in flight)', async () => {
   for (const [sql, params] of [
-    [RECOVERY_DUE_SQL, ['scale:7', 30_000]],
-    [STALE_CANDIDATES_OF_INSTANCE_SQL, [30_000, 100, 'scale:7']],
+    [RECOVERY_DUE_SQL, ['scale:7', 30_000, []]],
+    [STALE_CANDIDATES_OF_INSTANCE_SQL, [30_000, 100, [], 'scale:7']],
   ] as const) {
     const effects = reads(await plan(sql, [...params]), 'effects');
     expect(effects.length).toBeGreaterThan(0);
@@ -101,7 +101,7 @@ it('every pump reads only its own instance processing effects: RECOVERY_DUE_SQL 
       expect(r.cond).toMatch(/origin_instance_id/);
     }
   }
-  const { rows } = await pool.query<{ due: string | null }>(RECOVERY_DUE_SQL, ['scale:7', 30_000]);
+  const { rows } = await pool.query<{ due: string | null }>(RECOVERY_DUE_SQL, ['scale:7', 30_000, []]);
   expect(rows[0]!.due).not.toBeNull();
 });
 

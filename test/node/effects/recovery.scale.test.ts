@@ -54,7 +54,7 @@ it('the recovery pass reads only work in flight: no scan of a 200k-row effects t
   );
   await pool.query('analyze');
 
-  const plan = await pool.query(`explain (format json) ${STALE_CANDIDATES_SQL}`, [30_000, 100]);
+  const plan = await pool.query(`explain (format json) ${STALE_CANDIDATES_SQL}`, [30_000, 100, []]);
   expect(scansEffects(plan.rows[0]['QUERY PLAN'])).toBe(false);
   // The library runs over node-postgres too (the bench's transport).
   const report = await runRecoveryPass(pool as unknown as Pool, effectConfig({ claimScanLimit: 100 }));
