@@ -10,19 +10,23 @@ import { type BenchRow, percentile, round } from '../lib/stats';
 import { buildDelivery, postEvent, setupApp, startWorker } from './50-channel';
 
 /**
- * Crash recovery latency (issue 18, item 5), as a user lives it: a Lark message starts a
- * turn; while the reply's agent call is in flight the runtime dies (SIGKILL to the whole
- * `wrangler dev` process group, workerd included); `wrangler dev` starts again on the same
- * Durable Object state; the figure is the time from "healthy again" to the turn's reply
- * delivered (channel_turns.outcome). The minute cron is driven on its real schedule, as
- * `npm run dev` does, so a runtime that waits for the cron's recovery pass is measured as it
- * would behave. The agent (an HTTP agent in this process) holds generation 1 until the kill
- * and answers every later generation at once. Trials: BENCH_CRASH_TRIALS (default 3).
+ * Crash recovery latency (issue 18 item 5, issue 31 item 4), as a user lives it: a Lark
+ * message starts a turn and the runtime dies (SIGKILL to the whole `wrangler dev` process
+ * group, workerd included) at one of two points: while the reply's agent call is in flight
+ * (`agent call`), or right after the typing badge was added, during the debounce, before the
+ * turn started (`debounce`). `wrangler dev` starts again on the same Durable Object state;
+ * the figures are the time from "healthy again", and from the kill, to the turn's reply
+ * delivered (channel_turns.outcome), and every trial checks that the anchor got exactly one
+ * reply. The minute cron is driven on its real schedule, as `npm run dev` does, so a runtime
+ * that waits for the cron is measured as it would behave. The agent (an HTTP agent in this
+ * process) holds generation 1 until the kill in the `agent call` trials and answers every
+ * other call at once. Trials per kill point: BENCH_CRASH_TRIALS (default 3).
  */
 export async function run(stack: BenchStack): Promise<BenchRow[]> {
   const bridge = await startBridge();
   const lark = await startLarkEmulator({ rateLimits: false });
   let firstCallSeen: (() => void) | undefined;
+  let holdFirst = true;
   const held: (() => void)[] = [];
   const agent = createServer((req, res) => {
     let body = '';
@@ -35,7 +39,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
         res.writeHead(200, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ text: `reply to generation ${turn.generation}` }));
       };
-      if (turn.generation === 1) {
+      if (turn.generation === 1 && holdFirst) {
         firstCallSeen?.();
         held.push(answer); // never answered before the kill: its caller dies with the runtime
       } else answer();
@@ -57,21 +61,31 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   };
   const db = stack.pg(1);
   const trials = Number(process.env.BENCH_CRASH_TRIALS ?? 3);
-  const restartToReply: number[] = [];
-  const killToReply: number[] = [];
+  const points = ['agent call', 'debounce'] as const;
+  const restartToReply = new Map<string, number[]>(points.map((p) => [p, []]));
+  const killToReply = new Map<string, number[]>(points.map((p) => [p, []]));
   let worker = await startWorker(vars, port);
   const stopTicker = startCronTicker([{ baseUrl: base, crons: ['* * * * *'] }], () => undefined);
   const loads: string[] = [];
   try {
     const { installationId, appId } = await setupApp(base, adminToken, lark.url);
-    for (let t = 0; t < trials; t++) {
+    for (let t = 0; t < trials * points.length; t++) {
+      const point = points[t % points.length]!;
+      holdFirst = point === 'agent call';
       const chat = `crash-${t}-${randomBytes(3).toString('hex')}`;
       const inFlight = new Promise<void>((r) => {
         firstCallSeen = r;
       });
+      const mark = lark.calls.length;
       const status = await postEvent(base, installationId, await buildDelivery(lark.url, appId, chat));
       if (status !== 200) throw new Error(`event answered ${status}`);
-      await inFlight; // the turn's reply effect is claimed and its agent call is waiting
+      if (point === 'agent call') await inFlight; // the reply effect is claimed, its agent call waits
+      else
+        // The badge is on the message and the debounce runs: the turn has not started.
+        for (;;) {
+          if (lark.calls.slice(mark).some((c) => c.route === 'reactions.create' && c.status === 200)) break;
+          await new Promise((r) => setTimeout(r, 5));
+        }
       const killedAt = performance.now();
       const pid = worker.process.pid!;
       process.kill(-pid, 'SIGKILL');
@@ -92,8 +106,17 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
           throw new Error('no reply within 180 s of the restart');
         await new Promise((r) => setTimeout(r, 200));
       }
-      restartToReply.push(performance.now() - restartedAt);
-      killToReply.push(performance.now() - killedAt);
+      restartToReply.get(point)!.push(performance.now() - restartedAt);
+      killToReply.get(point)!.push(performance.now() - killedAt);
+      // At most one reply per turn, whatever the crash: one visible reply on the anchor.
+      const anchors = new Set(
+        lark.calls
+          .slice(mark)
+          .filter((c) => c.route === 'reply' && c.status === 200)
+          .map((c) => c.messageId!),
+      );
+      const replies = [...anchors].reduce((n, a) => n + lark.state.repliesTo(a).length, 0);
+      if (replies !== 1) throw new Error(`${point}: the turn got ${replies} visible replies`);
       loads.push(
         (await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' '),
       );
@@ -115,5 +138,8 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     'p50 s': round(percentile(xs, 50) / 1000, 1),
     ...(load ? { load } : {}),
   });
-  return [row('restart → reply', restartToReply, loads.join(' → ')), row('kill → reply', killToReply)];
+  return points.flatMap((p) => [
+    row(`${p}: restart → reply`, restartToReply.get(p)!, loads.join(' → ')),
+    row(`${p}: kill → reply`, killToReply.get(p)!),
+  ]);
 }
