@@ -21,7 +21,7 @@ import { migrate } from './lib/migrator';
 import { devPorts, ensurePortFree, freePort, portTakenMessage } from './lib/ports';
 import { usePostgres, withDatabase } from './lib/postgres';
 import { seedMobileDemo } from './lib/seed-mobile';
-import { startCronTicker } from './lib/ticker';
+import { fireStartupPasses, startCronTicker } from './lib/ticker';
 import { startWranglerDev } from './lib/wrangler-dev';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -184,15 +184,14 @@ try {
       await new Promise((r) => setTimeout(r, 250));
     }
   }
-  cleanups.push(
-    startCronTicker(
-      [
-        { baseUrl: base, crons: ['* * * * *'] },
-        { baseUrl: retentionBase, crons: ['0 * * * *'] },
-      ],
-      say,
-    ),
-  );
+  const crons = [
+    { baseUrl: base, crons: ['* * * * *'] },
+    { baseUrl: retentionBase, crons: ['0 * * * *'] },
+  ];
+  cleanups.push(startCronTicker(crons, say));
+  // What the previous run's Durable Objects still owed (a debounce that came due while the
+  // runtime was down): workerd does not fire those alarms, Cloudflare would (lib/ticker.ts).
+  await fireStartupPasses(crons, say);
   const lark = emulatorUrl
     ? await setupLarkDemo({ serviceUrl: base, adminToken: secrets.ADMIN_TOKEN, emulatorUrl })
     : null;

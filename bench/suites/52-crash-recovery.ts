@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';
 import { freePort } from '../../scripts/lib/postgres';
-import { startCronTicker } from '../../scripts/lib/ticker';
+import { fireStartupPasses, startCronTicker } from '../../scripts/lib/ticker';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 import { buildDelivery, postEvent, setupApp, startWorker } from './50-channel';
@@ -79,9 +79,10 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       const mark = lark.calls.length;
       const status = await postEvent(base, installationId, await buildDelivery(lark.url, appId, chat));
       if (status !== 200) throw new Error(`event answered ${status}`);
-      if (point === 'agent call') await inFlight; // the reply effect is claimed, its agent call waits
+      if (point === 'agent call')
+        await inFlight; // the reply effect is claimed, its agent call waits
+      // The badge is on the message and the debounce runs: the turn has not started.
       else
-        // The badge is on the message and the debounce runs: the turn has not started.
         for (;;) {
           if (lark.calls.slice(mark).some((c) => c.route === 'reactions.create' && c.status === 200)) break;
           await new Promise((r) => setTimeout(r, 5));
@@ -95,6 +96,8 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       for (const answer of held.splice(0)) answer(); // the dead runtime's socket is gone anyway
       worker = await startWorker(vars, port, { keepState: true });
       const restartedAt = performance.now();
+      // As a restarted `npm run dev` does (scripts/dev.ts): the passes the dead runtime owed.
+      void fireStartupPasses([{ baseUrl: base, crons: ['* * * * *'] }], () => undefined);
       for (;;) {
         const { rows } = await db.query<{ outcome: string | null }>(
           `select t.outcome from channel_turns t join channel_conversations c on c.id = t.session_id

@@ -11,6 +11,31 @@ function due(cron: string, at: Date): boolean {
   throw new Error(`the dev ticker does not know the schedule ${cron}`);
 }
 
+async function fire(baseUrl: string, cron: string, log: (line: string) => void): Promise<void> {
+  const url = `${baseUrl}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent(cron).replaceAll('%20', '+')}`;
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(30_000) });
+    if (!res.ok) log(`cron ${cron} (${baseUrl}): HTTP ${res.status}`);
+  } catch (err) {
+    // Handled by design: the next minute's tick runs the same passes; the line says why.
+    log(`cron ${cron} (${baseUrl}): ${(err as Error).message}`);
+  }
+}
+
+/**
+ * The minute passes, once, for a runtime that just (re)started. workerd does not fire a
+ * Durable Object alarm that came due while it was down (cloudflare/workers-sdk#5948,
+ * cloudflare/workerd#3138; Cloudflare itself runs an overdue alarm), so a host whose debounce
+ * timer passed during a restart would wait for the next minute's poll. The poll finds every
+ * instance with a due timer or message and schedules its host: the debounce is then answered
+ * as in production, at once.
+ */
+export async function fireStartupPasses(targets: CronTarget[], log: (line: string) => void): Promise<void> {
+  await Promise.all(
+    targets.flatMap((t) => t.crons.filter((c) => c === '* * * * *').map((c) => fire(t.baseUrl, c, log))),
+  );
+}
+
 /**
  * Crons do not fire in `wrangler dev`; this ticker calls each Worker's `--test-scheduled`
  * endpoint on the real schedule: "* * * * *" at the top of every minute, "0 * * * *" at
@@ -18,22 +43,13 @@ function due(cron: string, at: Date): boolean {
  */
 export function startCronTicker(targets: CronTarget[], log: (line: string) => void): () => void {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const fire = async (baseUrl: string, cron: string) => {
-    const url = `${baseUrl}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent(cron).replaceAll('%20', '+')}`;
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(30_000) });
-      if (!res.ok) log(`cron ${cron} (${baseUrl}): HTTP ${res.status}`);
-    } catch (err) {
-      log(`cron ${cron} (${baseUrl}): ${(err as Error).message}`);
-    }
-  };
   for (const target of targets) for (const cron of target.crons) due(cron, new Date());
   const schedule = () => {
     const now = Date.now();
     const next = Math.ceil((now + 1) / 60_000) * 60_000;
     timer = setTimeout(() => {
       for (const target of targets)
-        for (const cron of target.crons) if (due(cron, new Date(next))) void fire(target.baseUrl, cron);
+        for (const cron of target.crons) if (due(cron, new Date(next))) void fire(target.baseUrl, cron, log);
       schedule();
     }, next - now);
   };
