@@ -7,4 +7,8 @@
 -- the staleness rule (the platform does not promise the old incarnation has stopped).
 -- Additive: a nullable column with no default is a catalog-only change, and older code
 -- neither reads nor writes it.
+-- Bounded like every transactional migration: a catalog-only change that waits at most 5 s
+-- for the table's lock (claims hold row locks only, never the table's).
+set local lock_timeout = '5s';
+set local statement_timeout = '60s';
 alter table effect_processes add column if not exists superseded_at_ms bigint;

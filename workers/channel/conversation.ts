@@ -51,7 +51,9 @@ function emitReply(ctx: Ctx, s: ConversationState, t: Omit<RunningTurn, 'current
     generation: t.generation,
     contextRevision: t.contextRevision,
     anchorMessageId: t.anchorMessageId,
-    deliveryKey: t.generation === 1 ? null : t.deliveryKey,
+    // The first run's own effect id is its key (unknown until emitted: ''); every later run
+    // of the turn (a replacement, or a run retried after a rate-limit hold) reuses it.
+    deliveryKey: t.deliveryKey === '' ? null : t.deliveryKey,
     inputs: t.inputs,
   };
   // One attempt per generation: the actor owns retries (replacement generations with the
@@ -127,6 +129,20 @@ function replace(s: ConversationState, ctx: Ctx, delayMs: number): ConversationS
   return { ...s, turn: { ...t, generation, current } };
 }
 
+/**
+ * The same generation as a new effect after `delayMs`: its run was held by Lark's rate limit
+ * before anything was posted (or asked, when the hold was recorded already), so it is not a
+ * replacement and counts against no MAX_GENERATIONS.
+ */
+function retryHeld(s: ConversationState, ctx: Ctx, delayMs: number): ConversationState {
+  const t = s.turn!;
+  const current = emitReply(ctx, s, t, delayMs);
+  const sessionId = ctx.instanceId;
+  ctx.inCommit((tx) => replaceTurnEffect(tx, sessionId, t.turnNo, t.generation, current.effectId));
+  ctx.setTimer(ctx.nowMs + delayMs);
+  return { ...s, turn: { ...t, current } };
+}
+
 /** Terminal: outcome and ledger settlement in this commit; badge withdrawal as an effect. */
 function settle(
   s: ConversationState,
@@ -192,6 +208,9 @@ function onRuntime(
   if (!s.turn || s.turn.current.effectId !== key.effectId) return s;
   if (key.what === 'completed') {
     const r = ((payload as { result?: ReplyResult }).result ?? {}) as Partial<ReplyResult>;
+    // Lark's rate limit held the reply (nothing posted): the same generation again at the
+    // reset; the executor ends the turn once it is past its deadline.
+    if (r.outcome === 'held') return retryHeld(s, ctx, Math.max(1000, Number(r.retryAfterMs) || 1000));
     const outcome: TurnOutcome =
       r.outcome === 'delivered' ? 'delivered' : r.outcome === 'anchor_gone' ? 'anchor_gone' : 'failed';
     return settle(s, ctx, outcome, r.replyMessageId ?? null);

@@ -8,7 +8,8 @@ import { AppError } from '../errors';
 import { loadInstallation } from '../installations/store';
 import { durableErrorLog } from '../lark/api-errors';
 import { LarkClient } from '../lark/client';
-import { LarkApiError } from '../lark/errors';
+import { LarkApiError, RATE_LIMITED_CODE } from '../lark/errors';
+import { durableRateGate } from '../lark/rate-limits';
 import { log } from '../log';
 import { metric, since } from '../metrics';
 import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
@@ -56,7 +57,9 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       const config = deps.config();
       const { installation, pastDedup } = await onPool(config, ctx?.pool, async (pool) => ({
         installation: await loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
-        pastDedup: args.generation > 1 && (await turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
+        // Any later run of the turn (a replacement, or a run retried after a rate-limit hold:
+        // both carry the turn's delivery key) ends once the turn is past its deadline.
+        pastDedup: args.deliveryKey !== null && (await turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
       }));
       if (!installation) return { outcome: 'failed', replyMessageId: null, reason: 'installation_gone' };
       // At most one reply per turn outranks an answer: an earlier generation may have posted,
@@ -69,6 +72,17 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         });
         return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
       }
+      const app = { apiBase: installation.apiBase, appId: installation.appId };
+      // The reply route honours Lark's 429 holds as the reaction routes do: while one is
+      // recorded, the agent is not asked and nothing is sent; the turn tries again at the
+      // reset, bounded by the same deadline as a replacement (REPLY_UUID_SAFE_MS).
+      const heldMs = await onPool(config, ctx?.pool, (pool) => durableRateGate(pool, app).heldForMs('reply'));
+      if (heldMs > 0)
+        return held(
+          args,
+          heldMs,
+          await onPool(config, ctx?.pool, (pool) => turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
+        );
       const agent = agentFor(config);
       const asked = Date.now();
       const answer = await measured(
@@ -93,6 +107,13 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         { baseUrl: installation.apiBase, appId: installation.appId, appSecret: installation.appSecret },
         {
           fetch: deps.fetch,
+          // A 429 on the post records its reset for every isolate (lark/rate-limits.ts).
+          rateGate: {
+            heldForMs: (route) =>
+              onPool(config, ctx?.pool, (pool) => durableRateGate(pool, app).heldForMs(route)),
+            limited: (route, seconds) =>
+              onPool(config, ctx?.pool, (pool) => durableRateGate(pool, app).limited(route, seconds)),
+          },
           // The console's last Open API error, only when a call failed: on the host's connection
           // when the runner gave one, else its own short connection.
           errorLog: {
@@ -114,6 +135,10 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         );
         return { outcome: 'delivered', replyMessageId: sent.message_id };
       } catch (err) {
+        // Rate limited (answered 429, or held back by a reset recorded meanwhile): Lark posted
+        // nothing, so the same generation runs again at the reset instead of a replacement.
+        if (err instanceof LarkApiError && (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE))
+          return held(args, (err.retryAfterSeconds ?? 1) * 1000, false);
         if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
         log.warn('channel_reply_not_delivered', {
           sessionId: args.sessionId,
@@ -129,6 +154,22 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       }
     },
   };
+}
+
+/**
+ * A reply Lark's rate limit held back: retried at the reset by the conversation (same
+ * generation, nothing was posted), or failed once the turn is past its deadline.
+ */
+function held(args: ReplyArgs, retryAfterMs: number, pastDeadline: boolean): ReplyResult {
+  log.warn('channel_reply_rate_limited', {
+    sessionId: args.sessionId,
+    turnNo: args.turnNo,
+    generation: args.generation,
+    retryAfterMs,
+    pastDeadline,
+  });
+  if (pastDeadline) return { outcome: 'failed', replyMessageId: null, reason: 'rate_limited_past_deadline' };
+  return { outcome: 'held', replyMessageId: null, reason: 'lark_rate_limited', retryAfterMs };
 }
 
 /** The agent's answer time (agent_ms), labelled with its outcome: ok or the failure's code. */

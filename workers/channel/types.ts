@@ -68,7 +68,13 @@ export interface ReplyArgs {
 
 /** What a reply run reports on completion. */
 export interface ReplyResult {
-  outcome: 'delivered' | 'anchor_gone' | 'failed';
+  /**
+   * `held`: the reply route was held by a recorded Lark 429 (rate-limits.ts) or answered 429,
+   * so nothing was posted; the turn runs the same generation again after `retryAfterMs`.
+   */
+  outcome: 'delivered' | 'anchor_gone' | 'failed' | 'held';
   replyMessageId: string | null;
   reason?: string;
+  /** With `held`: how long the route stays held, from Lark's reset. */
+  retryAfterMs?: number;
 }
