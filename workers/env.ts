@@ -9,8 +9,8 @@ import { bindMetrics } from './metrics';
  * wrangler.toml and .dev.vars.example into worker-configuration.d.ts by `npm run types`
  * (`npm run types:check` fails when it drifts). The type only names the bindings; whether a
  * value is present and well-formed is decided by ConfigSchema below, which also reads the
- * optional settings that have no default and so appear in neither file (AGENT_URL, ACTOR_JWKS_URL,
- * ACTOR_JWT_ISSUER, ACTOR_JWT_AUDIENCE).
+ * optional settings that have no default and so appear in neither file (AGENT_URL,
+ * AGENT_SIGNING_SECRET, ACTOR_JWKS_URL, ACTOR_JWT_ISSUER, ACTOR_JWT_AUDIENCE).
  */
 export type Env = Cloudflare.Env;
 
@@ -63,6 +63,8 @@ export const ConfigSchema = z.object({
   // Channel engine (docs/channel.md): debounce before a turn; the agent (echo unless AGENT_URL).
   CHANNEL_DEBOUNCE_MS: intFromString(0, 600_000).default(1500),
   AGENT_URL: z.string().url().optional(),
+  // HMAC key of every request to AGENT_URL (workers/agents/signature.ts); required with it.
+  AGENT_SIGNING_SECRET: z.string().min(32, 'at least 32 characters').optional(),
   AGENT_TIMEOUT_MS: intFromString(100, 120_000).default(20_000),
   // Retention cleanup (docs/retention.md): ages, the drain grace past ticket expiry, run bounds.
   // Read by the cleanup's own Worker (retention.wrangler.toml, workers/retention/config.ts).
@@ -91,6 +93,13 @@ export const ConfigSchema = z.object({
  * token the provider minted for another service would be accepted here.
  */
 const CheckedConfigSchema = ConfigSchema.superRefine((config, ctx) => {
+  // Every agent request is signed: an agent cannot tell this service from anyone else otherwise.
+  if (config.AGENT_URL && !config.AGENT_SIGNING_SECRET)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['AGENT_SIGNING_SECRET'],
+      message: 'required when AGENT_URL is set',
+    });
   if (!config.ACTOR_JWKS_URL) return;
   for (const variable of ['ACTOR_JWT_ISSUER', 'ACTOR_JWT_AUDIENCE'] as const)
     if (!config[variable])
@@ -138,6 +147,7 @@ function registerConfiguredSecrets(config: Config): void {
   registerSecret(config.ADMIN_TOKEN);
   registerSecret(config.RETENTION_ADMIN_TOKEN);
   registerSecret(config.ACTOR_JWT_SECRET);
+  registerSecret(config.AGENT_SIGNING_SECRET);
   for (const material of Object.values(config.SECRET_KEYS)) registerSecret(material);
   registerDatabaseSecret(config.DATABASE_URL);
 }

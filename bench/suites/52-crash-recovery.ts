@@ -57,6 +57,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     SECRET_KEYS: JSON.stringify({ '1': randomBytes(32).toString('base64') }),
     LARK_API_BASE: lark.url,
     AGENT_URL: agentUrl,
+    AGENT_SIGNING_SECRET: randomBytes(24).toString('hex'),
     LOG_LEVEL: 'error',
   };
   const db = stack.pg(1);

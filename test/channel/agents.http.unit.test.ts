@@ -1,5 +1,22 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { echoAgent, httpAgent } from '../../workers/agents';
+import { type Env, loadConfig } from '../../workers/env';
+
+const SECRET = 'agent-signing-secret-0123456789abcdef';
+
+/**
+ * The verification docs/channel.md gives agents, written with node:crypto (not the code under
+ * test): HMAC-SHA256 over `<timestamp>.<raw body>`, compared in constant time, and a timestamp
+ * within five minutes of the agent's clock.
+ */
+function verify(headers: Headers, rawBody: string, secret: string, nowSeconds = Date.now() / 1000): boolean {
+  const timestamp = headers.get('x-agent-timestamp') ?? '';
+  const given = headers.get('x-agent-signature') ?? '';
+  if (!/^\d+$/.test(timestamp) || Math.abs(nowSeconds - Number(timestamp)) > 300) return false;
+  const expected = `v1=${createHmac('sha256', secret).update(`${timestamp}.${rawBody}`).digest('hex')}`;
+  return given.length === expected.length && timingSafeEqual(Buffer.from(given), Buffer.from(expected));
+}
 
 const turn = {
   sessionId: 'lark-conversation:li_x:oc_y:-',
@@ -18,6 +35,7 @@ describe('agents', () => {
     const agent = httpAgent({
       url: 'http://agent.test/reply',
       timeoutMs: 1000,
+      signingSecret: SECRET,
       fetch: async (url, init) => {
         sent = { url: String(url), body: JSON.parse(String(init?.body)) };
         return Response.json({ text: 'hello back' });
@@ -43,6 +61,7 @@ describe('agents', () => {
     const hang = httpAgent({
       url: 'http://agent.test/',
       timeoutMs: 30,
+      signingSecret: SECRET,
       fetch: (_u, init) =>
         new Promise((_r, reject) =>
           init?.signal?.addEventListener('abort', () => reject(init.signal!.reason)),
@@ -54,6 +73,7 @@ describe('agents', () => {
     const bad = httpAgent({
       url: 'http://agent.test/',
       timeoutMs: 1000,
+      signingSecret: SECRET,
       fetch: async () => Response.json({ nope: 1 }),
     });
     await expect(bad.reply(turn, new AbortController().signal)).rejects.toMatchObject({
@@ -62,11 +82,51 @@ describe('agents', () => {
     const down = httpAgent({
       url: 'http://agent.test/',
       timeoutMs: 1000,
+      signingSecret: SECRET,
       fetch: async () => new Response('oops', { status: 503 }),
     });
     await expect(down.reply(turn, new AbortController().signal)).rejects.toMatchObject({
       code: 'agent_failed',
     });
+  });
+
+  it('agent.signed_requests: every request carries a signature over its timestamp and exact body, and the idempotency key of its generation', async () => {
+    const seen: { headers: Headers; body: string }[] = [];
+    const agent = httpAgent({
+      url: 'http://agent.test/reply',
+      timeoutMs: 1000,
+      signingSecret: SECRET,
+      fetch: async (_u, init) => {
+        seen.push({ headers: new Headers(init?.headers), body: String(init?.body) });
+        return Response.json({ text: 'ok' });
+      },
+    });
+    await agent.reply(turn, new AbortController().signal);
+    await agent.reply({ ...turn, generation: 3 }, new AbortController().signal);
+    for (const { headers, body } of seen) {
+      expect(verify(headers, body, SECRET)).toBe(true);
+      // Another secret, a changed body, or a replay from ten minutes ago does not verify.
+      expect(verify(headers, body, `${SECRET}x`)).toBe(false);
+      expect(verify(headers, body.replace('hi', 'hI'), SECRET)).toBe(false);
+      expect(verify(headers, body, SECRET, Date.now() / 1000 + 600)).toBe(false);
+    }
+    expect(seen.map((r) => r.headers.get('idempotency-key'))).toEqual([
+      `${turn.sessionId}:4:2`,
+      `${turn.sessionId}:4:3`,
+    ]);
+  });
+
+  it('agent.secret_required: AGENT_URL without AGENT_SIGNING_SECRET is a refused configuration, never unsigned requests', () => {
+    const base = {
+      DATABASE_URL: 'postgres://u:p@127.0.0.1:5432/d',
+      ADMIN_TOKEN: 'admin-token-0123456789abcdef',
+      SECRET_KEYS: JSON.stringify({ '1': 'MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=' }),
+      AGENT_URL: 'https://agent.example.test/reply',
+    };
+    expect(() => loadConfig(base as unknown as Env)).toThrow(/AGENT_SIGNING_SECRET/);
+    expect(loadConfig({ ...base, AGENT_SIGNING_SECRET: SECRET } as unknown as Env).AGENT_SIGNING_SECRET).toBe(
+      SECRET,
+    );
   });
 
   it('the echo agent answers with every coalesced input', async () => {

@@ -33,6 +33,7 @@ const { pool } = suite;
 const silentAgent = httpAgent({
   url: 'http://agent.invalid/reply',
   timeoutMs: 50,
+  signingSecret: 'test-agent-signing-secret-0123456789',
   fetch: (_input, init) =>
     new Promise<Response>((_resolve, reject) =>
       init?.signal?.addEventListener('abort', () => reject(init.signal!.reason)),

@@ -1,5 +1,12 @@
 import { z } from 'zod';
 import { AppError } from '../errors';
+import {
+  agentIdempotencyKey,
+  agentSignature,
+  IDEMPOTENCY_HEADER,
+  SIGNATURE_HEADER,
+  TIMESTAMP_HEADER,
+} from './signature';
 import { type Agent, type AgentTurn, MAX_REPLY_TEXT } from './types';
 
 const AgentAnswer = z.object({ text: z.string().min(1) });
@@ -7,15 +14,19 @@ const AgentAnswer = z.object({ text: z.string().min(1) });
 export interface HttpAgentOptions {
   url: string;
   timeoutMs: number;
+  /** AGENT_SIGNING_SECRET: every request carries its signature (signature.ts). */
+  signingSecret: string;
   fetch?: typeof fetch;
 }
 
 /**
  * An agent behind HTTP: `POST <AGENT_URL>` with the turn as JSON
  * (`{session_id, turn, generation, context_revision, inputs:[{position, message_id, sender_open_id, text}]}`),
- * answered by `{"text": "..."}`. Bounded by `timeoutMs` and the caller's signal. The same
- * turn may be sent again (a replacement generation): agents should treat
- * (session_id, turn) as the idempotency key; the Lark post itself is deduplicated anyway.
+ * answered by `{"text": "..."}`. Bounded by `timeoutMs` and the caller's signal. Signed
+ * (`x-agent-timestamp`, `x-agent-signature: v1=<hex>`, signature.ts) and keyed
+ * (`idempotency-key: <session_id>:<turn>:<generation>`): a retry of the same generation (after
+ * a rate-limit hold, a lost answer) carries the same key, a replacement generation a new one;
+ * the Lark post itself is deduplicated anyway.
  */
 export function httpAgent(opts: HttpAgentOptions): Agent {
   const fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
@@ -23,25 +34,29 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
     name: 'http',
     async reply(turn: AgentTurn, signal: AbortSignal) {
       const bounded = AbortSignal.any([signal, AbortSignal.timeout(opts.timeoutMs)]);
+      const body = JSON.stringify({
+        session_id: turn.sessionId,
+        turn: turn.turnNo,
+        generation: turn.generation,
+        context_revision: turn.contextRevision,
+        inputs: turn.inputs.map((i) => ({
+          position: i.position,
+          message_id: i.messageId,
+          sender_open_id: i.senderOpenId,
+          text: i.text,
+        })),
+      });
+      // Seconds, as Lark's own request timestamps are.
+      const timestamp = Math.floor(Date.now() / 1000);
+      const headers = {
+        'content-type': 'application/json',
+        [TIMESTAMP_HEADER]: String(timestamp),
+        [SIGNATURE_HEADER]: await agentSignature(opts.signingSecret, timestamp, body),
+        [IDEMPOTENCY_HEADER]: agentIdempotencyKey(turn),
+      };
       let res: Response;
       try {
-        res = await fetchFn(opts.url, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            session_id: turn.sessionId,
-            turn: turn.turnNo,
-            generation: turn.generation,
-            context_revision: turn.contextRevision,
-            inputs: turn.inputs.map((i) => ({
-              position: i.position,
-              message_id: i.messageId,
-              sender_open_id: i.senderOpenId,
-              text: i.text,
-            })),
-          }),
-          signal: bounded,
-        });
+        res = await fetchFn(opts.url, { method: 'POST', headers, body, signal: bounded });
       } catch (err) {
         if (bounded.aborted)
           throw new AppError('agent_timeout', `agent did not answer within ${opts.timeoutMs} ms`);
