@@ -45,6 +45,8 @@ export const ERROR_STATUS = {
   timeout: 504,
   agent_failed: 502,
   agent_timeout: 504,
+  /** An agent's event stream broke the protocol (workers/agents/stream.ts). */
+  agent_stream_invalid: 502,
 } as const satisfies Record<string, ContentfulStatusCode>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

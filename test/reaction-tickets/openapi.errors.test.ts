@@ -37,7 +37,7 @@ const ROUTES = [
 describe('GET /v1/openapi.json lists per route only the error codes it can answer', () => {
   it('openapi.errors_per_route: no Lark, console or typing code; each code under its own status', () => {
     const foreign =
-      /^(lark_|typing_)|^(csrf_invalid|confirmation_required|revision_conflict|gone|method_not_allowed|precondition_failed|unknown_reference|timeout|agent_failed|agent_timeout|forbidden)$/;
+      /^(lark_|typing_)|^(csrf_invalid|confirmation_required|revision_conflict|gone|method_not_allowed|precondition_failed|unknown_reference|timeout|agent_failed|agent_timeout|agent_stream_invalid|forbidden)$/;
     const seen: string[] = [];
     for (const [method, path] of ROUTES) {
       const responses = doc.paths[path][method.toLowerCase()].responses;

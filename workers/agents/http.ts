@@ -7,6 +7,7 @@ import {
   SIGNATURE_HEADER,
   TIMESTAMP_HEADER,
 } from './signature';
+import { readAgentStream, streamFormatOf } from './stream';
 import { type Agent, type AgentTurn, MAX_REPLY_TEXT } from './types';
 
 const AgentAnswer = z.object({ text: z.string().min(1) });
@@ -17,6 +18,8 @@ export interface HttpAgentOptions {
   /** AGENT_SIGNING_SECRET: every request carries its signature (signature.ts). */
   signingSecret: string;
   fetch?: typeof fetch;
+  /** With a streamed answer: the text so far after each delta (stream.ts). */
+  onText?: (textSoFar: string) => void;
 }
 
 /**
@@ -50,6 +53,8 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
       const timestamp = Math.floor(Date.now() / 1000);
       const headers = {
         'content-type': 'application/json',
+        // Protocol v2's streams (stream.ts), or today's {"text"} answer.
+        accept: 'application/x-ndjson, text/event-stream, application/json',
         [TIMESTAMP_HEADER]: String(timestamp),
         [SIGNATURE_HEADER]: await agentSignature(opts.signingSecret, timestamp, body),
         [IDEMPOTENCY_HEADER]: agentIdempotencyKey(turn),
@@ -66,6 +71,16 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
         await res.body?.cancel();
         throw new AppError('agent_failed', `agent answered HTTP ${res.status}`);
       }
+      const format = streamFormatOf(res.headers.get('content-type'));
+      if (format && res.body)
+        try {
+          return await readAgentStream(res.body, format, { maxChars: MAX_REPLY_TEXT, onText: opts.onText });
+        } catch (err) {
+          // The timeout (or the caller) aborted the read mid-stream: that is the agent's timeout.
+          if (bounded.aborted)
+            throw new AppError('agent_timeout', `agent did not finish within ${opts.timeoutMs} ms`);
+          throw err;
+        }
       // By design: a body that is not JSON fails the shape check below (agent_failed).
       const parsed = AgentAnswer.safeParse(await res.json().catch(() => null));
       if (!parsed.success) throw new AppError('agent_failed', 'agent answer is not {"text": string}');

@@ -63,6 +63,7 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   timeout: 'retry',
   agent_failed: 'retry',
   agent_timeout: 'retry',
+  agent_stream_invalid: 'retry',
 };
 
 /**
