@@ -1,5 +1,5 @@
-import { z } from 'zod';
 import { AppError } from '../errors';
+import { AgentJsonAnswer as AgentAnswer, type AgentRequestBody } from './contract';
 import {
   agentIdempotencyKey,
   agentSignature,
@@ -9,8 +9,6 @@ import {
 } from './signature';
 import { readAgentStream, streamFormatOf } from './stream';
 import { type Agent, type AgentTurn, MAX_REPLY_TEXT } from './types';
-
-const AgentAnswer = z.object({ text: z.string().min(1) });
 
 export interface HttpAgentOptions {
   url: string;
@@ -37,7 +35,7 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
     name: 'http',
     async reply(turn: AgentTurn, signal: AbortSignal) {
       const bounded = AbortSignal.any([signal, AbortSignal.timeout(opts.timeoutMs)]);
-      const body = JSON.stringify({
+      const request: AgentRequestBody = {
         session_id: turn.sessionId,
         turn: turn.turnNo,
         generation: turn.generation,
@@ -48,7 +46,8 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
           sender_open_id: i.senderOpenId,
           text: i.text,
         })),
-      });
+      };
+      const body = JSON.stringify(request);
       // Seconds, as Lark's own request timestamps are.
       const timestamp = Math.floor(Date.now() / 1000);
       const headers = {

@@ -1,5 +1,5 @@
-import { z } from 'zod';
 import { AppError } from '../errors';
+import { AgentEvent } from './contract';
 import type { AgentReply } from './types';
 
 /**
@@ -15,17 +15,7 @@ import type { AgentReply } from './types';
  * `agent_stream_invalid`; an `error` event with `agent_failed`. Hand-written: the framing is
  * two line formats, and the rules are this service's own contract.
  */
-const AgentEvent = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('delta'), text: z.string() }),
-  z.object({ type: z.literal('status'), status: z.string().max(200) }),
-  z.object({ type: z.literal('done'), text: z.string().min(1) }),
-  z.object({
-    type: z.literal('error'),
-    code: z.string().max(100).optional(),
-    message: z.string().max(500).optional(),
-  }),
-]);
-export type AgentEvent = z.infer<typeof AgentEvent>;
+export type { AgentEvent } from './contract';
 
 export type StreamFormat = 'ndjson' | 'sse';
 
