@@ -1,6 +1,6 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { echoAgent, httpAgent } from '../../workers/agents';
+import { AGENT_BINDING_URL, agentFor, echoAgent, httpAgent } from '../../workers/agents';
 import { type Env, loadConfig } from '../../workers/env';
 
 const SECRET = 'agent-signing-secret-0123456789abcdef';
@@ -127,6 +127,30 @@ describe('agents', () => {
     expect(loadConfig({ ...base, AGENT_SIGNING_SECRET: SECRET } as unknown as Env).AGENT_SIGNING_SECRET).toBe(
       SECRET,
     );
+  });
+
+  it('agent.service_binding: with an AGENT service binding the turn goes to that Worker, signed as over HTTP, ahead of AGENT_URL; without the secret it is refused', async () => {
+    const seen: { url: string; headers: Headers; body: string }[] = [];
+    const binding = {
+      fetch: async (input: RequestInfo | URL, init?: RequestInit) => {
+        seen.push({ url: String(input), headers: new Headers(init?.headers), body: String(init?.body) });
+        return Response.json({ text: 'from the bound agent' });
+      },
+    } as unknown as Fetcher;
+    const config = {
+      AGENT_URL: 'https://agent.example.test/',
+      AGENT_TIMEOUT_MS: 1000,
+      AGENT_SIGNING_SECRET: SECRET,
+    };
+    expect(await agentFor(config, binding).reply(turn, new AbortController().signal)).toEqual({
+      text: 'from the bound agent',
+    });
+    expect(seen.map((r) => r.url)).toEqual([AGENT_BINDING_URL]);
+    expect(verify(seen[0]!.headers, seen[0]!.body, SECRET)).toBe(true);
+    expect(() => agentFor({ AGENT_TIMEOUT_MS: 1000 }, binding)).toThrow(/AGENT_SIGNING_SECRET/);
+    // Without a binding, AGENT_URL as before; with neither, the echo agent.
+    expect(agentFor(config).name).toBe('http');
+    expect(agentFor({ AGENT_TIMEOUT_MS: 1000 })).toBe(echoAgent);
   });
 
   it('the echo agent answers with every coalesced input', async () => {

@@ -1,4 +1,5 @@
 import type { Config } from '../env';
+import { AppError } from '../errors';
 import { echoAgent } from './echo';
 import { httpAgent } from './http';
 import type { Agent } from './types';
@@ -9,14 +10,31 @@ export * from './types';
 
 let override: Agent | null = null;
 
+/** The URL a service-bound agent is asked at: a service binding ignores the host. */
+export const AGENT_BINDING_URL = 'https://agent.internal/';
+
 /**
- * The agent for a turn: the HTTP agent when AGENT_URL is set, else the echo agent.
- * `setAgentOverride` replaces it inside one isolate (tests, and embedding in another Worker).
+ * The agent for a turn: an in-account Worker through the `AGENT` service binding when the
+ * Worker has one, else the HTTP agent when AGENT_URL is set, else the echo agent. Both remote
+ * forms speak the same protocol, signed the same way (a bound Worker can be reached by other
+ * Workers of the account too). `setAgentOverride` replaces it inside one isolate (tests, and
+ * embedding in another Worker).
  */
 export function agentFor(
   config: Pick<Config, 'AGENT_URL' | 'AGENT_TIMEOUT_MS' | 'AGENT_SIGNING_SECRET'>,
+  binding?: Pick<Fetcher, 'fetch'>,
 ): Agent {
   if (override) return override;
+  if (binding) {
+    if (!config.AGENT_SIGNING_SECRET)
+      throw new AppError('bad_environment', 'the AGENT service binding needs AGENT_SIGNING_SECRET');
+    return httpAgent({
+      url: AGENT_BINDING_URL,
+      timeoutMs: config.AGENT_TIMEOUT_MS,
+      signingSecret: config.AGENT_SIGNING_SECRET,
+      fetch: (input, init) => binding.fetch(input, init),
+    });
+  }
   if (config.AGENT_URL)
     // The config refuses AGENT_URL without AGENT_SIGNING_SECRET (env.ts); never unsigned.
     return httpAgent({

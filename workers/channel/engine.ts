@@ -19,5 +19,12 @@ effectRegistry
       return { debounceMs, maxDebounceMs: Math.max(debounceMs * 4, debounceMs + 1000) };
     }),
   )
-  .registerEffect(replyExecutor({ config }))
+  .registerEffect(
+    replyExecutor({
+      config,
+      // Optional, so not in the generated Env: declared by a deployment that binds its agent
+      // Worker (README "Configuration"), absent everywhere else.
+      agentBinding: () => (bindings() as { AGENT?: Fetcher }).AGENT,
+    }),
+  )
   .registerEffect(settledExecutor({ config }));

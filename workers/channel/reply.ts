@@ -33,6 +33,8 @@ export function deliveryUuid(args: Pick<ReplyArgs, 'deliveryKey'>, effectId: str
 
 export interface ChannelDeps {
   config: () => Config;
+  /** The Worker's `AGENT` service binding, when it has one (an in-account agent Worker). */
+  agentBinding?: () => Pick<Fetcher, 'fetch'> | undefined;
   /** Overrides fetch for the Lark client (tests, benchmarks). */
   fetch?: typeof fetch;
 }
@@ -83,7 +85,7 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
           heldMs,
           await onPool(config, ctx?.pool, (pool) => turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
         );
-      const agent = agentFor(config);
+      const agent = agentFor(config, deps.agentBinding?.());
       const asked = Date.now();
       const answer = await measured(
         asked,
