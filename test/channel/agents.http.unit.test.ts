@@ -110,6 +110,7 @@ describe('agents', () => {
       expect(verify(headers, body.replace('hi', 'hI'), SECRET)).toBe(false);
       expect(verify(headers, body, SECRET, Date.now() / 1000 + 600)).toBe(false);
     }
+    expect(seen.map((r) => r.headers.get('x-agent-protocol'))).toEqual(['2', '2']);
     expect(seen.map((r) => r.headers.get('idempotency-key'))).toEqual([
       `${turn.sessionId}:4:2`,
       `${turn.sessionId}:4:3`,

@@ -1,9 +1,11 @@
 import { AppError } from '../errors';
 import { AgentJsonAnswer as AgentAnswer, type AgentRequestBody } from './contract';
 import {
+  AGENT_PROTOCOL_VERSION,
   agentIdempotencyKey,
   agentSignature,
   IDEMPOTENCY_HEADER,
+  PROTOCOL_HEADER,
   SIGNATURE_HEADER,
   TIMESTAMP_HEADER,
 } from './signature';
@@ -57,6 +59,7 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
         [TIMESTAMP_HEADER]: String(timestamp),
         [SIGNATURE_HEADER]: await agentSignature(opts.signingSecret, timestamp, body),
         [IDEMPOTENCY_HEADER]: agentIdempotencyKey(turn),
+        [PROTOCOL_HEADER]: String(AGENT_PROTOCOL_VERSION),
       };
       let res: Response;
       try {

@@ -9,6 +9,13 @@
 export const SIGNATURE_HEADER = 'x-agent-signature';
 export const TIMESTAMP_HEADER = 'x-agent-timestamp';
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
+/**
+ * The protocol version this service speaks (docs/channel.md "Agent protocol"): 2 = a JSON
+ * answer or an event stream. An agent that knows only version 1 answers JSON, which version 2
+ * still reads; a future version that changes the request gets a new number here.
+ */
+export const PROTOCOL_HEADER = 'x-agent-protocol';
+export const AGENT_PROTOCOL_VERSION = 2;
 /** The version prefix of the signature value: `v1=<hex>`; a new scheme gets a new prefix. */
 const VERSION = 'v1';
 
