@@ -1,5 +1,5 @@
 // npm run chaos -- --schedules N [--seed S] [--parts M] [--path P | --replay FILE] [--shrink-seconds T]
-//   Seeded chaos schedules against the real service (chaos/README in README.md "Chaos").
+//   Seeded chaos schedules against the real service (docs/testing.md "Chaos").
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 // Node's URL, not the Workers runtime's global type (tsconfig loads both).
 import { fileURLToPath, URL } from 'node:url';
