@@ -2,6 +2,7 @@ import { abortAllDurableObjects, runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { actorHostStub } from '../../workers/effects/actor-host-stub';
+import { RESTART_PICKUP_MS } from '../../workers/effects/host-config';
 import { ensureInstance, loadInstance } from '../../workers/effects/mailbox';
 import { effectRegistry } from '../../workers/effects/registry';
 import { completeEffects } from '../../workers/effects/scheduler';
@@ -70,6 +71,10 @@ async function restartMidRun(inst: string, effectId: string) {
   await blockedBehind(pool, await backendPid(gate));
   const owner = (await effectRow(pool, effectId))!.locked_by!;
   expect(owner).not.toBeNull();
+  // While it holds the claim its alarm is never further than RESTART_PICKUP_MS away: alarms
+  // survive the restart, so this bounds how soon the next incarnation's first pump comes.
+  const planned = await runInDurableObject(host, (_o, state) => state.storage.get<number>('alarm:planned'));
+  expect(planned! - Date.now()).toBeLessThanOrEqual(RESTART_PICKUP_MS);
   await abortAllDurableObjects();
   await first;
   return { gate, owner, host: actorHostStub(env, inst) };

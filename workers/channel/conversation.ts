@@ -118,29 +118,20 @@ function startTurn(s: ConversationState, ctx: Ctx, settings: ConversationSetting
   return next;
 }
 
-function replace(s: ConversationState, ctx: Ctx, delayMs: number): ConversationState {
+/**
+ * The turn's reply as a new effect after `delayMs`. A replacement (after a failure or a
+ * recovery) is the next generation; a run Lark's rate limit held before anything was posted
+ * keeps its generation (`sameGeneration`), so it counts against no MAX_GENERATIONS.
+ */
+function replace(s: ConversationState, ctx: Ctx, delayMs: number, sameGeneration = false): ConversationState {
   const t = s.turn!;
-  const generation = t.generation + 1;
+  const generation = sameGeneration ? t.generation : t.generation + 1;
   const current = emitReply(ctx, s, { ...t, generation }, delayMs);
   const sessionId = ctx.instanceId;
   ctx.inCommit((tx) => replaceTurnEffect(tx, sessionId, t.turnNo, generation, current.effectId));
   // The host runs due effects when it wakes; the timer is that wake-up.
   ctx.setTimer(ctx.nowMs + delayMs);
   return { ...s, turn: { ...t, generation, current } };
-}
-
-/**
- * The same generation as a new effect after `delayMs`: its run was held by Lark's rate limit
- * before anything was posted (or asked, when the hold was recorded already), so it is not a
- * replacement and counts against no MAX_GENERATIONS.
- */
-function retryHeld(s: ConversationState, ctx: Ctx, delayMs: number): ConversationState {
-  const t = s.turn!;
-  const current = emitReply(ctx, s, t, delayMs);
-  const sessionId = ctx.instanceId;
-  ctx.inCommit((tx) => replaceTurnEffect(tx, sessionId, t.turnNo, t.generation, current.effectId));
-  ctx.setTimer(ctx.nowMs + delayMs);
-  return { ...s, turn: { ...t, current } };
 }
 
 /** Terminal: outcome and ledger settlement in this commit; badge withdrawal as an effect. */
@@ -210,7 +201,7 @@ function onRuntime(
     const r = ((payload as { result?: ReplyResult }).result ?? {}) as Partial<ReplyResult>;
     // Lark's rate limit held the reply (nothing posted): the same generation again at the
     // reset; the executor ends the turn once it is past its deadline.
-    if (r.outcome === 'held') return retryHeld(s, ctx, Math.max(1000, Number(r.retryAfterMs) || 1000));
+    if (r.outcome === 'held') return replace(s, ctx, Math.max(1000, Number(r.retryAfterMs) || 1000), true);
     const outcome: TurnOutcome =
       r.outcome === 'delivered' ? 'delivered' : r.outcome === 'anchor_gone' ? 'anchor_gone' : 'failed';
     return settle(s, ctx, outcome, r.replyMessageId ?? null);

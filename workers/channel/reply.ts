@@ -75,16 +75,13 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
       }
       const app = { apiBase: installation.apiBase, appId: installation.appId };
+      const gate = <T>(use: (g: ReturnType<typeof durableRateGate>) => Promise<T>) =>
+        onPool(config, ctx?.pool, (pool) => use(durableRateGate(pool, app)));
       // The reply route honours Lark's 429 holds as the reaction routes do: while one is
-      // recorded, the agent is not asked and nothing is sent; the turn tries again at the
-      // reset, bounded by the same deadline as a replacement (REPLY_UUID_SAFE_MS).
-      const heldMs = await onPool(config, ctx?.pool, (pool) => durableRateGate(pool, app).heldForMs('reply'));
-      if (heldMs > 0)
-        return held(
-          args,
-          heldMs,
-          await onPool(config, ctx?.pool, (pool) => turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
-        );
+      // recorded, the agent is not asked and nothing is sent. The turn tries again at the
+      // reset with the turn's delivery key, so that run meets the deadline check above.
+      const heldMs = await gate((g) => g.heldForMs('reply'));
+      if (heldMs > 0) return held(args, heldMs);
       const agent = agentFor(config, deps.agentBinding?.());
       const asked = Date.now();
       const answer = await measured(
@@ -111,10 +108,8 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
           fetch: deps.fetch,
           // A 429 on the post records its reset for every isolate (lark/rate-limits.ts).
           rateGate: {
-            heldForMs: (route) =>
-              onPool(config, ctx?.pool, (pool) => durableRateGate(pool, app).heldForMs(route)),
-            limited: (route, seconds) =>
-              onPool(config, ctx?.pool, (pool) => durableRateGate(pool, app).limited(route, seconds)),
+            heldForMs: (route) => gate((g) => g.heldForMs(route)),
+            limited: (route, seconds) => gate((g) => g.limited(route, seconds)),
           },
           // The console's last Open API error, only when a call failed: on the host's connection
           // when the runner gave one, else its own short connection.
@@ -140,7 +135,7 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         // Rate limited (answered 429, or held back by a reset recorded meanwhile): Lark posted
         // nothing, so the same generation runs again at the reset instead of a replacement.
         if (err instanceof LarkApiError && (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE))
-          return held(args, (err.retryAfterSeconds ?? 1) * 1000, false);
+          return held(args, (err.retryAfterSeconds ?? 1) * 1000);
         if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
         log.warn('channel_reply_not_delivered', {
           sessionId: args.sessionId,
@@ -159,18 +154,16 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
 }
 
 /**
- * A reply Lark's rate limit held back: retried at the reset by the conversation (same
- * generation, nothing was posted), or failed once the turn is past its deadline.
+ * A reply Lark's rate limit held back (nothing was posted): the conversation runs the same
+ * generation again at the reset, and that run fails once the turn is past its deadline.
  */
-function held(args: ReplyArgs, retryAfterMs: number, pastDeadline: boolean): ReplyResult {
+function held(args: ReplyArgs, retryAfterMs: number): ReplyResult {
   log.warn('channel_reply_rate_limited', {
     sessionId: args.sessionId,
     turnNo: args.turnNo,
     generation: args.generation,
     retryAfterMs,
-    pastDeadline,
   });
-  if (pastDeadline) return { outcome: 'failed', replyMessageId: null, reason: 'rate_limited_past_deadline' };
   return { outcome: 'held', replyMessageId: null, reason: 'lark_rate_limited', retryAfterMs };
 }
 
