@@ -18,8 +18,6 @@ export interface HttpAgentOptions {
   /** AGENT_SIGNING_SECRET: every request carries its signature (signature.ts). */
   signingSecret: string;
   fetch?: typeof fetch;
-  /** With a streamed answer: the text so far after each delta (stream.ts). */
-  onText?: (textSoFar: string) => void;
 }
 
 /**
@@ -35,7 +33,7 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
   const fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
   return {
     name: 'http',
-    async reply(turn: AgentTurn, signal: AbortSignal) {
+    async reply(turn: AgentTurn, signal: AbortSignal, onText?: (textSoFar: string) => void) {
       const bounded = AbortSignal.any([signal, AbortSignal.timeout(opts.timeoutMs)]);
       const request: AgentRequestBody = {
         session_id: turn.sessionId,
@@ -76,7 +74,7 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
       const format = streamFormatOf(res.headers.get('content-type'));
       if (format && res.body)
         try {
-          return await readAgentStream(res.body, format, { maxChars: MAX_REPLY_TEXT, onText: opts.onText });
+          return await readAgentStream(res.body, format, { maxChars: MAX_REPLY_TEXT, onText });
         } catch (err) {
           // The timeout (or the caller) aborted the read mid-stream: that is the agent's timeout.
           if (bounded.aborted)

@@ -26,7 +26,8 @@ export interface AgentReply {
  */
 export interface Agent {
   name: string;
-  reply(turn: AgentTurn, signal: AbortSignal): Promise<AgentReply>;
+  /** `onText`: with a streamed answer, the text so far after each delta (a card reply shows it). */
+  reply(turn: AgentTurn, signal: AbortSignal, onText?: (textSoFar: string) => void): Promise<AgentReply>;
 }
 
 /** Longest reply text posted to Lark (its text limit is far above; a runaway agent is not). */

@@ -5,15 +5,18 @@ import { onPool } from '../db/pool';
 import type { ClaimedEffect, EffectExecutor, EffectRunContext } from '../effects/registry';
 import type { Config } from '../env';
 import { AppError } from '../errors';
-import { loadInstallation } from '../installations/store';
+import { readSettings } from '../installations/settings';
+import { type Installation, loadInstallation } from '../installations/store';
 import { durableErrorLog } from '../lark/api-errors';
 import { LarkClient } from '../lark/client';
 import { LarkApiError, RATE_LIMITED_CODE } from '../lark/errors';
 import { durableRateGate } from '../lark/rate-limits';
 import { log } from '../log';
 import { metric, since } from '../metrics';
-import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
-import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
+import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
+import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND, type SettledArgs } from './conversation';
+import { findCard } from './reply-cards';
+import { afterTurnSettled } from './typing-hooks';
 
 /** Lark's part of a reply run (token + post, with one token refresh) gets this much. */
 export const DELIVERY_BUDGET_MS = 8000;
@@ -57,13 +60,38 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
     async run(effect: ClaimedEffect, signal: AbortSignal, ctx?: EffectRunContext): Promise<ReplyResult> {
       const args = effect.args as ReplyArgs;
       const config = deps.config();
-      const { installation, pastDedup } = await onPool(config, ctx?.pool, async (pool) => ({
+      const { installation, pastDedup, settings } = await onPool(config, ctx?.pool, async (pool) => ({
         installation: await loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
         // Any later run of the turn (a replacement, or a run retried after a rate-limit hold:
         // both carry the turn's delivery key) ends once the turn is past its deadline.
         pastDedup: args.deliveryKey !== null && (await turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
+        settings: await readSettings(pool, args.session.installationId),
       }));
       if (!installation) return { outcome: 'failed', replyMessageId: null, reason: 'installation_gone' };
+      const app = { apiBase: installation.apiBase, appId: installation.appId };
+      const gate = <T>(use: (g: ReturnType<typeof durableRateGate>) => Promise<T>) =>
+        onPool(config, ctx?.pool, (pool) => use(durableRateGate(pool, app)));
+      // The reply route honours Lark's 429 holds as the reaction routes do: while one is
+      // recorded, the agent is not asked and nothing is sent. The turn tries again at the
+      // reset with the turn's delivery key, so that run meets the deadline check above.
+      const heldMs = await gate((g) => g.heldForMs('reply'));
+      if (heldMs > 0) return held(args, heldMs);
+      const ask = agentAsker(config, deps, args, signal);
+      const lark = replyClient(deps, config, installation, gate, ctx);
+      let text: string | null = null;
+      if (settings.reply_mode === 'card_stream') {
+        const result = await cardReply({
+          args,
+          lark,
+          db: (use) => onPool(config, ctx?.pool, use),
+          uuid: deliveryUuid(args, effect.id),
+          pastDedup,
+          signal,
+          ask,
+        });
+        if (!('fallbackText' in result)) return result;
+        text = result.fallbackText;
+      }
       // At most one reply per turn outranks an answer: an earlier generation may have posted,
       // and Lark's uuid dedup no longer covers it (found by the chaos run after an outage).
       if (pastDedup) {
@@ -74,83 +102,102 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         });
         return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
       }
-      const app = { apiBase: installation.apiBase, appId: installation.appId };
-      const gate = <T>(use: (g: ReturnType<typeof durableRateGate>) => Promise<T>) =>
-        onPool(config, ctx?.pool, (pool) => use(durableRateGate(pool, app)));
-      // The reply route honours Lark's 429 holds as the reaction routes do: while one is
-      // recorded, the agent is not asked and nothing is sent. The turn tries again at the
-      // reset with the turn's delivery key, so that run meets the deadline check above.
-      const heldMs = await gate((g) => g.heldForMs('reply'));
-      if (heldMs > 0) return held(args, heldMs);
-      const agent = agentFor(config, deps.agentBinding?.());
-      const asked = Date.now();
-      const answer = await measured(
-        asked,
-        agent.reply(
-          {
-            sessionId: args.sessionId,
-            turnNo: args.turnNo,
-            generation: args.generation,
-            contextRevision: args.contextRevision,
-            inputs: args.inputs.map((i) => ({
-              position: i.position,
-              messageId: i.messageId,
-              senderOpenId: i.senderOpenId,
-              text: i.text,
-            })),
-          },
-          AbortSignal.any([signal, AbortSignal.timeout(config.AGENT_TIMEOUT_MS)]),
-        ),
-      );
-      const lark = new LarkClient(
-        { baseUrl: installation.apiBase, appId: installation.appId, appSecret: installation.appSecret },
-        {
-          fetch: deps.fetch,
-          // A 429 on the post records its reset for every isolate (lark/rate-limits.ts).
-          rateGate: {
-            heldForMs: (route) => gate((g) => g.heldForMs(route)),
-            limited: (route, seconds) => gate((g) => g.limited(route, seconds)),
-          },
-          // The console's last Open API error, only when a call failed: on the host's connection
-          // when the runner gave one, else its own short connection.
-          errorLog: {
-            failed: (route, err) =>
-              onPool(config, ctx?.pool, (pool) =>
-                durableErrorLog(pool, { apiBase: installation.apiBase, appId: installation.appId }).failed(
-                  route,
-                  err,
-                ),
-              ).catch((error: unknown) => log.warn('lark_api_error_record_failed', { route, error })),
-          },
-        },
-      );
-      try {
-        const sent = await lark.replyMessage(
-          args.anchorMessageId,
-          { content: JSON.stringify({ text: answer.text }), uuid: deliveryUuid(args, effect.id) },
-          { deadline: new Deadline(DELIVERY_BUDGET_MS), signal },
-        );
-        return { outcome: 'delivered', replyMessageId: sent.message_id };
-      } catch (err) {
-        // Rate limited (answered 429, or held back by a reset recorded meanwhile): Lark posted
-        // nothing, so the same generation runs again at the reset instead of a replacement.
-        if (err instanceof LarkApiError && (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE))
-          return held(args, (err.retryAfterSeconds ?? 1) * 1000);
-        if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
-        log.warn('channel_reply_not_delivered', {
-          sessionId: args.sessionId,
-          turnNo: args.turnNo,
-          kind: err.kind,
-          larkCode: err.code,
-        });
-        return {
-          outcome: err.kind === 'already_gone' ? 'anchor_gone' : 'failed',
-          replyMessageId: null,
-          reason: `lark_${err.code}`,
-        };
-      }
+      text ??= (await ask()).text;
+      return postText(lark, args, text, deliveryUuid(args, effect.id), signal);
     },
   };
+}
+
+/** Asks the turn's agent, within AGENT_TIMEOUT_MS; `onText` sees a streamed answer grow. */
+function agentAsker(config: Config, deps: ChannelDeps, args: ReplyArgs, signal: AbortSignal) {
+  const agent = agentFor(config, deps.agentBinding?.());
+  return (onText?: (textSoFar: string) => void) =>
+    measured(
+      Date.now(),
+      agent.reply(
+        {
+          sessionId: args.sessionId,
+          turnNo: args.turnNo,
+          generation: args.generation,
+          contextRevision: args.contextRevision,
+          inputs: args.inputs.map((i) => ({
+            position: i.position,
+            messageId: i.messageId,
+            senderOpenId: i.senderOpenId,
+            text: i.text,
+          })),
+        },
+        AbortSignal.any([signal, AbortSignal.timeout(config.AGENT_TIMEOUT_MS)]),
+        onText,
+      ),
+    );
+}
+
+/** The text reply: one post with the turn's uuid. Transient failures throw (a replacement runs). */
+async function postText(
+  lark: LarkClient,
+  args: ReplyArgs,
+  text: string,
+  uuid: string,
+  signal: AbortSignal,
+): Promise<ReplyResult> {
+  try {
+    const sent = await lark.replyMessage(
+      args.anchorMessageId,
+      { content: JSON.stringify({ text }), uuid },
+      { deadline: new Deadline(DELIVERY_BUDGET_MS), signal },
+    );
+    return { outcome: 'delivered', replyMessageId: sent.message_id };
+  } catch (err) {
+    // Rate limited (answered 429, or held back by a reset recorded meanwhile): Lark posted
+    // nothing, so the same generation runs again at the reset instead of a replacement.
+    if (err instanceof LarkApiError && (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE))
+      return held(args, (err.retryAfterSeconds ?? 1) * 1000);
+    if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
+    log.warn('channel_reply_not_delivered', {
+      sessionId: args.sessionId,
+      turnNo: args.turnNo,
+      kind: err.kind,
+      larkCode: err.code,
+    });
+    return {
+      outcome: err.kind === 'already_gone' ? 'anchor_gone' : 'failed',
+      replyMessageId: null,
+      reason: `lark_${err.code}`,
+    };
+  }
+}
+
+/** The reply's Lark client: the durable rate gate, and the console's last Open API error. */
+function replyClient(
+  deps: ChannelDeps,
+  config: Config,
+  installation: Installation,
+  gate: <T>(use: (g: ReturnType<typeof durableRateGate>) => Promise<T>) => Promise<T>,
+  ctx: EffectRunContext | undefined,
+): LarkClient {
+  return new LarkClient(
+    { baseUrl: installation.apiBase, appId: installation.appId, appSecret: installation.appSecret },
+    {
+      fetch: deps.fetch,
+      // A 429 on the post records its reset for every isolate (lark/rate-limits.ts).
+      rateGate: {
+        heldForMs: (route) => gate((g) => g.heldForMs(route)),
+        limited: (route, seconds) => gate((g) => g.limited(route, seconds)),
+      },
+      // The console's last Open API error, only when a call failed: on the host's connection
+      // when the runner gave one, else its own short connection.
+      errorLog: {
+        failed: (route, err) =>
+          onPool(config, ctx?.pool, (pool) =>
+            durableErrorLog(pool, { apiBase: installation.apiBase, appId: installation.appId }).failed(
+              route,
+              err,
+            ),
+          ).catch((error: unknown) => log.warn('lark_api_error_record_failed', { route, error })),
+      },
+    },
+  );
 }
 
 /**
@@ -193,7 +240,27 @@ async function turnOlderThan(
   return rows[0]?.old === true;
 }
 
-/** `channel.turn-settled`: the after-commit half of settlement (badge withdrawal). */
+/** A streamed card the turn's writers left unfinished, finished by its settlement (card-reply.ts). */
+async function finishCardOf(deps: ChannelDeps, config: Config, args: SettledArgs, ctx?: EffectRunContext) {
+  const turn = { sessionId: args.sessionId, turnNo: args.turnNo };
+  const db: CardReplyInput['db'] = (use) => onPool(config, ctx?.pool, use);
+  const card = await db((q) => findCard(q, turn));
+  if (!card || card.finished) return;
+  const installation = await db((pool) => loadInstallation(pool, config.SECRET_KEYS, args.installationId));
+  // The installation is gone: so are its credentials, and nothing can reach its cards.
+  if (!installation) return;
+  const app = { apiBase: installation.apiBase, appId: installation.appId };
+  const lark = replyClient(deps, config, installation, (use) => db((q) => use(durableRateGate(q, app))), ctx);
+  await finishInterruptedCard({
+    lark,
+    db,
+    turn,
+    locale: args.locale ?? 'en',
+    delivered: args.outcome === 'delivered',
+  });
+}
+
+/** `channel.turn-settled`: the after-commit half of settlement (badge withdrawal, a card left streaming). */
 export function settledExecutor(deps: ChannelDeps): EffectExecutor {
   return {
     kind: SETTLED_KIND,
@@ -202,7 +269,16 @@ export function settledExecutor(deps: ChannelDeps): EffectExecutor {
     // withdrawal): a second run finds the badge settled and deletes nothing.
     idempotentByKey: true,
     async run(effect: ClaimedEffect, _signal: AbortSignal, ctx?: EffectRunContext) {
-      await afterTurnSettled(deps.config(), effect.args as TurnSettlement, ctx?.pool);
+      const args = effect.args as SettledArgs;
+      const config = deps.config();
+      // Two independent halves: a card left streaming is finished whatever the badges do, and
+      // the badges are withdrawn whatever the card does. Either failing retries the effect.
+      const [card, badges] = await Promise.allSettled([
+        finishCardOf(deps, config, args, ctx),
+        afterTurnSettled(config, args, ctx?.pool),
+      ]);
+      if (card.status === 'rejected') throw card.reason;
+      if (badges.status === 'rejected') throw badges.reason;
       return { ok: true };
     },
   };

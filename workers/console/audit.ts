@@ -1,5 +1,14 @@
 import type { Pool } from '@neondatabase/serverless';
+import { z } from 'zod';
 import { log } from '../log';
+
+/** An operator's name as recorded with each action (console sign-in, admin settings changes). */
+export const Operator = z
+  .string()
+  .trim()
+  .min(1)
+  .max(200)
+  .regex(/^[^\p{Cc}]+$/u);
 
 export interface AuditEntry {
   operator: string;

@@ -1,6 +1,5 @@
 import { type Context, Hono } from 'hono';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
-import { z } from 'zod';
 import type { AppEnv } from '../context';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
@@ -10,7 +9,7 @@ import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
 import { listGivenUp } from '../typing-ledger/given-up';
 import { ACTIONS, formTarget } from './actions';
-import { recordAction } from './audit';
+import { Operator, recordAction } from './audit';
 import { type ConsoleData, loadConsole } from './data';
 import { page, securityHeaders } from './layout';
 import {
@@ -24,13 +23,6 @@ import {
   type Session,
 } from './session';
 import { dashboardView, errorView, loginView } from './views';
-
-const Operator = z
-  .string()
-  .trim()
-  .min(1)
-  .max(200)
-  .regex(/^[^\p{Cc}]+$/u);
 
 /** Form fields as strings; a body that is not a form reads as empty (then CSRF refuses it). */
 async function form(c: Context<AppEnv>): Promise<Record<string, string | File>> {

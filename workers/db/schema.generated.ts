@@ -66,6 +66,17 @@ export interface ChannelConversations {
   workspace_id: string;
 }
 
+export interface ChannelReplyCards {
+  card_id: string;
+  created_at: Generated<Timestamp>;
+  finished_at: Timestamp | null;
+  installation_id: string;
+  sent_message_id: string | null;
+  sequence: Generated<number>;
+  session_id: string;
+  turn_no: number;
+}
+
 export interface ChannelTurns {
   anchor_message_id: string;
   context_revision: Int8;
@@ -237,6 +248,13 @@ export interface LarkInstallations {
   workspace_id: string;
 }
 
+export interface LarkInstallationSettings {
+  installation_id: string;
+  reply_mode: Generated<string>;
+  updated_at: Generated<Timestamp>;
+  updated_by: string;
+}
+
 export interface LarkRateLimits {
   api_base: string;
   app_id: string;
@@ -388,6 +406,7 @@ export interface DB {
   actor_instances: ActorInstances;
   actor_mailbox: ActorMailbox;
   channel_conversations: ChannelConversations;
+  channel_reply_cards: ChannelReplyCards;
   channel_turns: ChannelTurns;
   channel_typing_reaction: ChannelTypingReaction;
   channel_typing_settlement: ChannelTypingSettlement;
@@ -399,6 +418,7 @@ export interface DB {
   lark_api_errors: LarkApiErrors;
   lark_event_receipts: LarkEventReceipts;
   lark_inbound_messages: LarkInboundMessages;
+  lark_installation_settings: LarkInstallationSettings;
   lark_installations: LarkInstallations;
   lark_rate_limits: LarkRateLimits;
   "private.actors": PrivateActors;

@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
+import { Operator, recordAction } from '../console/audit';
 import type { AppEnv } from '../context';
 import { AppError } from '../errors';
 import { API_BASE_RULE, isAllowedApiBase } from '../lark/api-base';
@@ -7,6 +8,7 @@ import { readJsonBody } from '../lib/json-body';
 import { pgText } from '../lib/pg-text';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
+import { readSettings, SettingsChange, updateSettings } from './settings';
 import {
   deleteInstallation,
   getInstallationRow,
@@ -34,6 +36,8 @@ const Register = z.strictObject({
   encrypt_key: Secret.nullish(),
   api_base: ApiBase.optional(),
 });
+
+const ChangeSettings = z.strictObject({ operator: Operator, settings: SettingsChange });
 
 const Rotate = z
   .strictObject({
@@ -93,6 +97,27 @@ export const installations = new Hono<AppEnv>()
       credentialVersion: row.credential_version,
     });
     return c.json({ installation: publicView(row) });
+  })
+  .get('/:id/settings', async (c) => {
+    const id = idParam(c);
+    if (!(await getInstallationRow(c.var.db(), id))) throw new AppError('not_found', 'No such installation');
+    return c.json({ settings: await readSettings(c.var.db(), id) });
+  })
+  // Each change is recorded with its operator in console_audit, as console actions are.
+  .patch('/:id/settings', async (c) => {
+    const id = idParam(c);
+    const input = await readJsonBody(c, ChangeSettings);
+    const update = await updateSettings(c.var.db(), id, input.settings, input.operator);
+    if (!update) throw new AppError('not_found', 'No such installation');
+    for (const ch of update.changed)
+      await recordAction(c.var.db(), {
+        operator: input.operator,
+        action: 'settings.update',
+        target: `${id}:${ch.setting}`,
+        outcome: `${ch.from} -> ${ch.to}`,
+        requestId: c.var.requestId,
+      });
+    return c.json({ settings: update.settings, changed: update.changed });
   })
   .delete('/:id', async (c) => {
     const id = idParam(c);

@@ -15,6 +15,8 @@ import {
 import type { LarkRoute, RateGate } from './rate-limits';
 import {
   ApiEnvelope,
+  CardUpdateResponse,
+  CreateCardResponse,
   type Reaction,
   ReactionListResponse,
   type ReactionPage,
@@ -124,6 +126,64 @@ export class LarkClient {
       uuid: input.uuid,
     };
     return this.authed('reply', 'POST', path, body, ReplyResponse, call).then((r) => r.data);
+  }
+
+  /** CardKit: a card entity from card JSON 2.0 (reference §6); sent later by its id, once. */
+  createCard(card: object, call: CallOptions): Promise<string> {
+    const body = { type: 'card_json', data: JSON.stringify(card) };
+    return this.authed(
+      'cardkit.create',
+      'POST',
+      '/open-apis/cardkit/v1/cards',
+      body,
+      CreateCardResponse,
+      call,
+    ).then((r) => r.data.card_id);
+  }
+
+  /**
+   * CardKit: an element's whole text (Lark types out the rest when the old text is a prefix).
+   * `sequence` must exceed every sequence used on the card before (card-stream.ts reserves them).
+   */
+  setCardElementText(
+    cardId: string,
+    elementId: string,
+    input: { content: string; sequence: number },
+    call: CallOptions,
+  ): Promise<void> {
+    const path = `/open-apis/cardkit/v1/cards/${enc(cardId)}/elements/${enc(elementId)}/content`;
+    const body = {
+      content: input.content,
+      sequence: input.sequence,
+      uuid: `s${input.sequence}_${cardId}`.slice(0, 64),
+    };
+    return this.authed('cardkit.update', 'PUT', path, body, CardUpdateResponse, call).then(() => undefined);
+  }
+
+  /** CardKit: the card replaced whole (the finish: final text, streaming off), at `sequence`. */
+  replaceCard(cardId: string, input: { card: object; sequence: number }, call: CallOptions): Promise<void> {
+    const path = `/open-apis/cardkit/v1/cards/${enc(cardId)}`;
+    const body = {
+      card: { type: 'card_json', data: JSON.stringify(input.card) },
+      sequence: input.sequence,
+      uuid: `f${input.sequence}_${cardId}`.slice(0, 64),
+    };
+    return this.authed('cardkit.update', 'PUT', path, body, CardUpdateResponse, call).then(() => undefined);
+  }
+
+  /** CardKit: streaming mode on or off, the card's content unchanged, at `sequence`. */
+  setCardStreaming(
+    cardId: string,
+    input: { streaming: boolean; sequence: number },
+    call: CallOptions,
+  ): Promise<void> {
+    const path = `/open-apis/cardkit/v1/cards/${enc(cardId)}/settings`;
+    const body = {
+      settings: JSON.stringify({ config: { streaming_mode: input.streaming } }),
+      sequence: input.sequence,
+      uuid: `m${input.sequence}_${cardId}`.slice(0, 64),
+    };
+    return this.authed('cardkit.update', 'PATCH', path, body, CardUpdateResponse, call).then(() => undefined);
   }
 
   /** The cached tenant token, fetched when missing or inside the safety margin. */

@@ -14,6 +14,10 @@ export type LarkRoute =
   | 'reactions.delete'
   | 'reactions.list'
   | 'reply'
+  // CardKit (reference §6): creating a card entity, and every update of one (element content,
+  // full update), which Lark limits per app at 50/s.
+  | 'cardkit.create'
+  | 'cardkit.update'
   // The tenant token endpoint: rate-limited per app like any other API, and called by every
   // isolate whose cache is cold, so its resets are held like the others' (client.ts).
   | 'auth.tenant_access_token';

@@ -47,6 +47,14 @@ export const SentMessage = z.looseObject({
 export type SentMessage = z.infer<typeof SentMessage>;
 export const ReplyResponse = z.looseObject({ code: z.literal(0), data: SentMessage });
 
+/** CardKit's create answer (reference §6): the card entity's id, 1–20 characters there. */
+export const CreateCardResponse = z.looseObject({
+  code: z.literal(0),
+  data: z.looseObject({ card_id: z.string().min(1).max(64) }),
+});
+/** Any CardKit update's answer: success is the envelope's code 0. */
+export const CardUpdateResponse = z.looseObject({ code: z.literal(0) });
+
 // ---- events -------------------------------------------------------------------------
 
 /** `{"encrypt": "..."}`: the whole payload when an Encrypt Key is configured. */

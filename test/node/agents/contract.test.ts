@@ -28,8 +28,10 @@ describe('the agent contract', () => {
 
   it('agent.example_streams: the example agent verifies the service request and streams an answer the service reads', async () => {
     const seen: string[] = [];
-    const agent = httpAgent({ url, timeoutMs: 5000, signingSecret: SECRET, onText: (t) => seen.push(t) });
-    expect(await agent.reply(turn, new AbortController().signal)).toEqual({ text: 'echo: xin chào bạn' });
+    const agent = httpAgent({ url, timeoutMs: 5000, signingSecret: SECRET });
+    expect(await agent.reply(turn, new AbortController().signal, (t) => seen.push(t))).toEqual({
+      text: 'echo: xin chào bạn',
+    });
     expect(seen.at(-1)).toBe('echo: xin chào bạn');
     expect(seen.length).toBeGreaterThan(1);
     // Signed with another secret, the example agent refuses it: agent_failed, nothing read.

@@ -1,0 +1,119 @@
+import type { Pool, PoolClient } from '@neondatabase/serverless';
+
+type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
+
+/**
+ * `channel_reply_cards` (migration 0180): the CardKit card of one turn's streamed reply. Every
+ * statement here is one statement on the turn's primary key; none holds a lock past itself, so
+ * no lock is ever held across a Lark call.
+ */
+export interface ReplyCard {
+  cardId: string;
+  /** The highest CardKit sequence reserved on the card by any writer. */
+  sequence: number;
+  sentMessageId: string | null;
+  finished: boolean;
+}
+
+export interface TurnKey {
+  sessionId: string;
+  turnNo: number;
+}
+
+/** CardKit's `sequence` is an int (reference §6): stay within 1 … 2³¹−1. */
+export const MAX_SEQUENCE = 2_147_483_647;
+
+interface Row {
+  card_id: string;
+  sequence: number;
+  sent_message_id: string | null;
+  finished: boolean;
+}
+
+const COLUMNS = 'card_id, sequence, sent_message_id, finished_at is not null as finished';
+
+const toCard = (r: Row): ReplyCard => ({
+  cardId: r.card_id,
+  sequence: r.sequence,
+  sentMessageId: r.sent_message_id,
+  finished: r.finished,
+});
+
+export async function findCard(q: Q, turn: TurnKey): Promise<ReplyCard | null> {
+  const { rows } = await q.query<Row>(
+    `select ${COLUMNS} from channel_reply_cards where session_id = $1 and turn_no = $2`,
+    [turn.sessionId, turn.turnNo],
+  );
+  return rows[0] ? toCard(rows[0]) : null;
+}
+
+/**
+ * Records a created card as the turn's one card, before it is sent. When another writer of the
+ * turn recorded one first (an old incarnation still running), its card wins and is returned:
+ * ours stays unsent, an orphan Lark never shows.
+ */
+export async function recordCard(
+  q: Q,
+  turn: TurnKey & { installationId: string; cardId: string },
+): Promise<ReplyCard> {
+  const { rows } = await q.query<Row>(
+    `insert into channel_reply_cards (session_id, turn_no, installation_id, card_id)
+     values ($1, $2, $3, $4)
+     on conflict (session_id, turn_no) do nothing
+     returning ${COLUMNS}`,
+    [turn.sessionId, turn.turnNo, turn.installationId, turn.cardId],
+  );
+  if (rows[0]) return toCard(rows[0]);
+  // The conflicting row committed after this statement's snapshot: read it now.
+  const winner = await findCard(q, turn);
+  if (!winner) throw new Error(`channel_reply_cards: no card recorded for ${turn.sessionId}#${turn.turnNo}`);
+  return winner;
+}
+
+/**
+ * Reserves `count` sequences above every one reserved before, in one statement: the writer owns
+ * (last − count, last]. Refused (null) past CardKit's range.
+ */
+export async function reserveSequences(
+  q: Q,
+  turn: TurnKey,
+  count: number,
+): Promise<{ last: number; finished: boolean } | null> {
+  const { rows } = await q.query<{ sequence: number; finished: boolean }>(
+    `update channel_reply_cards set sequence = sequence + $3
+      where session_id = $1 and turn_no = $2 and sequence <= $4 - $3
+      returning sequence, finished_at is not null as finished`,
+    [turn.sessionId, turn.turnNo, count, MAX_SEQUENCE],
+  );
+  return rows[0] ? { last: rows[0].sequence, finished: rows[0].finished } : null;
+}
+
+/** The reply that carries the card was answered: its message id, kept from the first answer. */
+export async function markSent(q: Q, turn: TurnKey, messageId: string): Promise<void> {
+  await q.query(
+    `update channel_reply_cards set sent_message_id = coalesce(sent_message_id, $3)
+      where session_id = $1 and turn_no = $2`,
+    [turn.sessionId, turn.turnNo, messageId],
+  );
+}
+
+export async function markFinished(q: Q, turn: TurnKey): Promise<void> {
+  await q.query(
+    `update channel_reply_cards set finished_at = coalesce(finished_at, app_now())
+      where session_id = $1 and turn_no = $2`,
+    [turn.sessionId, turn.turnNo],
+  );
+}
+
+/**
+ * The installation's cards still streaming, started in the last 15 minutes (a card whose writer
+ * died is finished by the turn's settlement well within that). Through the partial index.
+ */
+export async function streamingCards(q: Q, installationId: string): Promise<number> {
+  const { rows } = await q.query<{ n: number }>(
+    `select count(*)::int as n from channel_reply_cards
+      where installation_id = $1 and finished_at is null and created_at > app_now() - interval '15 minutes'`,
+    [installationId],
+  );
+  return rows[0]?.n ?? 0;
+}
