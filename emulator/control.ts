@@ -1,10 +1,12 @@
 /**
- * The emulator's own HTTP API under /__emulator: inspection, fault injection, the clock,
- * and event delivery. Tests inside workerd drive the emulator only through these routes.
+ * The emulator's own HTTP API under /__emulator: inspection (calls, messages, cards), fault
+ * injection, the clock, the CardKit switches, and event delivery. Tests inside workerd drive the emulator only through these routes.
  */
+
+import type { ApiAnswer } from './answers';
+import { configProblem } from './cards';
 import { buildDelivery, type DeliveryOptions, messageReceivePayload, urlVerificationPayload } from './events';
-import { type Fault, type FaultBook, type FaultKind, ROUTES } from './faults';
-import type { ApiAnswer } from './open-api';
+import { type Fault, type FaultBook, type FaultKind, isRouteTarget, ROUTES } from './faults';
 import { type EmulatorState, id, type MessageRecord } from './state';
 
 export interface CallLogEntry {
@@ -15,6 +17,8 @@ export interface CallLogEntry {
   requestedAppId?: string;
   /** The message the call was about (reaction and reply routes). */
   messageId?: string;
+  /** The card the call was about (CardKit routes; a reply that sends a card; a create's new card). */
+  cardId?: string;
   status: number | 'dropped';
   at: number;
 }
@@ -24,7 +28,7 @@ export interface ControlDeps {
   faults: FaultBook;
   calls: CallLogEntry[];
   rateLimits: { enabled: boolean };
-  /** Back to a new emulator (apps, tokens, messages, faults, calls, clock, rate windows). */
+  /** Back to a new emulator (apps, tokens, messages, cards, faults, calls, clock, rate windows). */
   reset?: () => void;
 }
 
@@ -72,11 +76,10 @@ export async function control(
     return json({ released: faults.release() });
   if (head === 'faults' && arg === 'held' && method === 'POST') {
     const route = String(body?.route ?? '*');
-    if (!(route === '*' || ROUTES.includes(route as never)))
-      return bad(`route one of ${ROUTES.join(', ')} or *`);
+    if (!isRouteTarget(route)) return bad(`route one of ${ROUTES.join(', ')}, cardkit.* or *`);
     const count = Number(body?.count ?? 1);
     const timeoutMs = Math.min(Number(body?.timeoutMs ?? 10_000), 60_000);
-    if (!(await faults.untilHeld(route as (typeof ROUTES)[number] | '*', count, timeoutMs)))
+    if (!(await faults.untilHeld(route, count, timeoutMs)))
       return bad(`fewer than ${count} ${route} call(s) held after ${timeoutMs} ms`, 408);
     return json({ held: faults.heldCalls() });
   }
@@ -85,8 +88,8 @@ export async function control(
     if (method === 'POST') {
       const f = body as Fault;
       const kinds: FaultKind[] = ['latency', '5xx', '429', 'expired_token', 'lost_response', 'hold'];
-      if (!(f?.route === '*' || ROUTES.includes(f?.route as never)) || !kinds.includes(f?.kind))
-        return bad(`route one of ${ROUTES.join(', ')} or *; kind one of ${kinds.join(', ')}`);
+      if (!isRouteTarget(f?.route) || !kinds.includes(f?.kind))
+        return bad(`route one of ${ROUTES.join(', ')}, cardkit.* or *; kind one of ${kinds.join(', ')}`);
       faults.add({ ...f, times: Number(f.times ?? 1) });
     }
     return json({ faults: faults.list(), held: faults.heldCalls() });
@@ -95,16 +98,48 @@ export async function control(
     if (method === 'DELETE') deps.calls.length = 0;
     const route = query.get('route');
     const messageId = query.get('message_id');
+    const cardId = query.get('card_id');
     const calls = deps.calls.filter(
-      (c) => (!route || c.route === route) && (!messageId || c.messageId === messageId),
+      (c) =>
+        (!route || c.route === route) &&
+        (!messageId || c.messageId === messageId) &&
+        (!cardId || c.cardId === cardId),
     );
     const counts: Record<string, number> = {};
     for (const c of deps.calls) counts[c.route] = (counts[c.route] ?? 0) + 1;
     return json({ counts, calls });
   }
+  if (head === 'cardkit') return cardkitSettings(state, method, body);
+  if (head === 'cards' && method === 'GET') return cards(state, arg, query);
   if (head === 'messages') return messages(state, method, arg, sub, body);
   if (head === 'events' && method === 'POST') return deliver(state, body);
   return bad('unknown emulator route', 404);
+}
+
+/** `GET cardkit` / `POST cardkit {…}`: the switches for Lark's unconfirmed CardKit behaviour (cards.ts). */
+function cardkitSettings(state: EmulatorState, method: string, body: Body): ApiAnswer {
+  if (method === 'POST') {
+    const problem = configProblem(body);
+    if (problem) return bad(problem);
+    Object.assign(state.cards.config, body);
+  }
+  return json(state.cards.config);
+}
+
+/** `GET cards/:card_id`, or `GET cards?message_id=&app_id=` (message_id: the card's message or the one it answered). */
+function cards(state: EmulatorState, cardId: string | undefined, query: URLSearchParams): ApiAnswer {
+  const store = state.cards;
+  if (cardId) {
+    const rec = store.cards.get(cardId);
+    return rec ? json({ card: store.view(rec) }) : bad('no such card', 404);
+  }
+  const appId = query.get('app_id');
+  const messageId = query.get('message_id');
+  const items = [...store.cards.values()]
+    .filter((c) => !appId || c.app_id === appId)
+    .filter((c) => !messageId || c.sent?.message_id === messageId || c.sent?.reply_to === messageId)
+    .map((c) => store.view(c));
+  return json({ items });
 }
 
 function messages(

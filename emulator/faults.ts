@@ -1,6 +1,8 @@
 /**
  * Per-route fault injection. Routes: token, reactions.create, reactions.delete,
- * reactions.list, reply, or `*` for all of them. A fault applies to the next `times` calls.
+ * reactions.list, reply, the CardKit routes (cardkit.create, cardkit.content, cardkit.settings,
+ * cardkit.update, cardkit.batch_update), `cardkit.*` for the five of them, or `*` for all.
+ * A fault applies to the next `times` calls.
  * - latency: waits `latencyMs`, then the call proceeds (combines with the others);
  * - 5xx: HTTP `status` (default 500) with a non-JSON body, nothing applied;
  * - 429: HTTP 429, code 99991400, `x-ogw-ratelimit-reset: resetSeconds`, nothing applied;
@@ -11,12 +13,29 @@
  *   window: a held call is in flight for exactly as long as the test says, and `untilHeld`
  *   tells the test when it arrived.
  */
-export const ROUTES = ['token', 'reactions.create', 'reactions.delete', 'reactions.list', 'reply'] as const;
+export const ROUTES = [
+  'token',
+  'reactions.create',
+  'reactions.delete',
+  'reactions.list',
+  'reply',
+  'cardkit.create',
+  'cardkit.content',
+  'cardkit.settings',
+  'cardkit.update',
+  'cardkit.batch_update',
+] as const;
 export type RouteName = (typeof ROUTES)[number];
+/** What a fault (or a wait for held calls) may name: one route, the CardKit routes, or all. */
+export type RouteTarget = RouteName | 'cardkit.*' | '*';
+
+export function isRouteTarget(v: unknown): v is RouteTarget {
+  return v === '*' || v === 'cardkit.*' || ROUTES.includes(v as RouteName);
+}
 export type FaultKind = 'latency' | '5xx' | '429' | 'expired_token' | 'lost_response' | 'hold';
 
 export interface Fault {
-  route: RouteName | '*';
+  route: RouteTarget;
   kind: FaultKind;
   times: number;
   latencyMs?: number;
@@ -71,8 +90,8 @@ export class FaultBook {
   }
 
   /** Resolves once `count` calls of `route` are held; false when `timeoutMs` passes first. */
-  async untilHeld(route: RouteName | '*', count: number, timeoutMs: number): Promise<boolean> {
-    const enough = () => this.held.filter((h) => route === '*' || h.route === route).length >= count;
+  async untilHeld(route: RouteTarget, count: number, timeoutMs: number): Promise<boolean> {
+    const enough = () => this.held.filter((h) => targets(route, h.route)).length >= count;
     const giveUpAt = Date.now() + timeoutMs;
     while (!enough()) {
       const left = giveUpAt - Date.now();
@@ -119,5 +138,9 @@ export class FaultBook {
 }
 
 function matches(f: Fault, route: RouteName): boolean {
-  return f.route === '*' || f.route === route;
+  return targets(f.route, route);
+}
+
+function targets(target: RouteTarget, route: RouteName): boolean {
+  return target === '*' || target === route || (target === 'cardkit.*' && route.startsWith('cardkit.'));
 }

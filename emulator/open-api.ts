@@ -1,15 +1,11 @@
 /**
  * The Open API routes the service uses, with Lark's shapes and error codes
- * (shared/reference/lark-open-api.md §1, §2, §4b).
+ * (shared/reference/lark-open-api.md §1, §2, §4b; CardKit §6 in cardkit-api.ts).
  */
+import { type ApiAnswer, larkError, ok } from './answers';
+import { cardIdOf, cardkitRoute, checkCardSend } from './cardkit-api';
 import type { RouteName } from './faults';
 import { EMOJI_TYPES, type EmulatorState, REPLY_UUID_TTL_MS, type ReactionRecord } from './state';
-
-export interface ApiAnswer {
-  status: number;
-  body: unknown;
-  headers?: Record<string, string>;
-}
 
 export interface ApiCall {
   route: RouteName;
@@ -18,19 +14,6 @@ export interface ApiCall {
   params: Record<string, string>;
   query: URLSearchParams;
   body: unknown;
-}
-
-const ok = (data: unknown, msg = 'success'): ApiAnswer => ({ status: 200, body: { code: 0, msg, data } });
-
-export function larkError(status: number, code: number, msg: string): ApiAnswer {
-  return {
-    status,
-    body: {
-      code,
-      msg,
-      error: { log_id: `emu${Date.now().toString(16)}`, troubleshooter: 'https://open.larksuite.com/search' },
-    },
-  };
 }
 
 export function tokenRoute(state: EmulatorState, body: unknown): ApiAnswer {
@@ -135,6 +118,13 @@ export function apiRoute(state: EmulatorState, call: ApiCall): ApiAnswer {
       const key = b.uuid ? `${appId}|${b.uuid}` : undefined;
       const prior = key ? state.replyByUuid.get(key) : undefined;
       if (prior && now - prior.at < REPLY_UUID_TTL_MS) return ok(message(prior.message));
+      const cardId = cardIdOf(b.msg_type, b.content);
+      if (cardId) {
+        const check = checkCardSend(state, appId, cardId, b.uuid as string | undefined);
+        if (check && 'refuse' in check) return check.refuse;
+        const first = check && state.messages.get(check.firstMessageId);
+        if (first) return ok(message(first));
+      }
       const msg = state.createMessage({
         chat_id: parent.chat_id,
         chat_type: parent.chat_type,
@@ -150,8 +140,17 @@ export function apiRoute(state: EmulatorState, call: ApiCall): ApiAnswer {
         reply_uuid: b.uuid as string | undefined,
       });
       if (key) state.replyByUuid.set(key, { message: msg, at: now });
+      const card = cardId ? state.cards.cards.get(cardId) : undefined;
+      if (card)
+        card.sent = { message_id: msg.message_id, reply_to: messageId, uuid: msg.reply_uuid, at: now };
       return ok(message(msg));
     }
+    case 'cardkit.create':
+    case 'cardkit.content':
+    case 'cardkit.settings':
+    case 'cardkit.update':
+    case 'cardkit.batch_update':
+      return cardkitRoute(state, call.route, appId, call.params, call.body);
     default:
       return larkError(400, 99992402, 'unsupported');
   }

@@ -1,15 +1,18 @@
 /**
- * The Lark emulator: a Node HTTP server implementing the Open API routes the service uses,
- * plus /__emulator for inspection, faults, the clock and event delivery.
+ * The Lark emulator: a Node HTTP server implementing the Open API routes the service uses
+ * (tokens, reactions, replies, CardKit cards), plus /__emulator for inspection, faults, the
+ * clock and event delivery.
  *
  *   const emu = await startLarkEmulator({ port: 0 });
  *   emu.url  // http://127.0.0.1:<port>; point LARK_API_BASE here
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { type ApiAnswer, larkError, tooMany } from './answers';
+import { cardIdOf } from './cardkit-api';
 import { type CallLogEntry, control } from './control';
 import { FaultBook, type RouteName } from './faults';
-import { type ApiAnswer, apiRoute, larkError, tokenRoute } from './open-api';
+import { apiRoute, tokenRoute } from './open-api';
 import { type EmulatorClock, EmulatorState } from './state';
 
 export interface EmulatorOptions {
@@ -59,6 +62,31 @@ const API_ROUTES: { method: string; pattern: RegExp; route: RouteName; keys: str
     route: 'reply',
     keys: ['message_id'],
   },
+  { method: 'POST', pattern: /^\/open-apis\/cardkit\/v1\/cards$/, route: 'cardkit.create', keys: [] },
+  {
+    method: 'PUT',
+    pattern: /^\/open-apis\/cardkit\/v1\/cards\/([^/]+)\/elements\/([^/]+)\/content$/,
+    route: 'cardkit.content',
+    keys: ['card_id', 'element_id'],
+  },
+  {
+    method: 'PATCH',
+    pattern: /^\/open-apis\/cardkit\/v1\/cards\/([^/]+)\/settings$/,
+    route: 'cardkit.settings',
+    keys: ['card_id'],
+  },
+  {
+    method: 'PUT',
+    pattern: /^\/open-apis\/cardkit\/v1\/cards\/([^/]+)$/,
+    route: 'cardkit.update',
+    keys: ['card_id'],
+  },
+  {
+    method: 'POST',
+    pattern: /^\/open-apis\/cardkit\/v1\/cards\/([^/]+)\/batch_update$/,
+    route: 'cardkit.batch_update',
+    keys: ['card_id'],
+  },
 ];
 
 export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<LarkEmulator> {
@@ -71,7 +99,7 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
 
   /**
    * Back to a new emulator on the same port (POST /__emulator/reset): apps, tokens, messages,
-   * faults, the call log, the clock and the rate windows. The workerd tests share one runtime,
+   * cards and the CardKit switches, faults, the call log, the clock and the rate windows. The workerd tests share one runtime,
    * and so one LARK_API_BASE, across the files a worker runs (vitest.config.ts); each file
    * still starts on an emulator of its own. A held call of the previous file is let go first.
    */
@@ -87,7 +115,10 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
   function rateLimited(route: RouteName, appId: string): number | undefined {
     if (!rateLimits.enabled) return undefined;
     const now = state.now();
-    const key = `${route}|${appId}`;
+    // Whether Lark's CardKit limit is one budget for its routes or one per route is unclear
+    // (reference §6): `appLimitScope` chooses, one budget by default (the stricter reading).
+    const shared = state.cards.config.appLimitScope === 'cardkit' && route.startsWith('cardkit.');
+    const key = `${shared ? 'cardkit' : route}|${appId}`;
     const w = windows.get(key) ?? { second: 0, sCount: 0, minute: 0, mCount: 0 };
     const sec = Math.floor(now / 1000);
     const min = Math.floor(now / 60_000);
@@ -123,6 +154,16 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
     }
     let appId: string | undefined;
     let token: string | undefined;
+    /** The card a call was about: in the path, a reply's content, or a create's answer. */
+    const cardOf = (a: ApiAnswer): { cardId?: string } => {
+      const b = body as { msg_type?: unknown; content?: unknown } | undefined;
+      const created = (a.body as { data?: { card_id?: unknown } } | undefined)?.data?.card_id;
+      const cardId =
+        params.card_id ??
+        (match.route === 'reply' ? cardIdOf(b?.msg_type, b?.content) : undefined) ??
+        (typeof created === 'string' ? created : undefined);
+      return cardId ? { cardId } : {};
+    };
     const requestedAppId =
       match.route === 'token' ? String((body as { app_id?: unknown } | undefined)?.app_id ?? '') : undefined;
     const finish = (a: ApiAnswer) => {
@@ -131,6 +172,7 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         appId,
         ...(requestedAppId !== undefined ? { requestedAppId } : {}),
         messageId: params.message_id,
+        ...cardOf(a),
         status: a.status,
         at: state.now(),
       });
@@ -184,6 +226,7 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         appId,
         requestedAppId,
         messageId: params.message_id,
+        ...cardOf(answer),
         status: 'dropped',
         at: state.now(),
       });
@@ -247,12 +290,6 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         server.close(() => resolve());
       }),
   };
-}
-
-function tooMany(resetSeconds: number): ApiAnswer {
-  const a = larkError(429, 99991400, 'request trigger frequency limit');
-  a.headers = { 'x-ogw-ratelimit-limit': '50', 'x-ogw-ratelimit-reset': String(resetSeconds) };
-  return a;
 }
 
 function plain404(res: ServerResponse): void {

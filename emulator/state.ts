@@ -1,9 +1,10 @@
 /**
- * The Lark emulator's world: apps, tenant tokens, messages, reactions and replies, kept in
- * memory and driven by an injectable clock. Behaviour follows
+ * The Lark emulator's world: apps, tenant tokens, messages, reactions, replies and CardKit
+ * cards (cards.ts), kept in memory and driven by an injectable clock. Behaviour follows
  * shared/reference/lark-open-api.md; where Lark is UNCONFIRMED the choice is noted.
  */
 import { randomBytes } from 'node:crypto';
+import { CardStore } from './cards';
 
 export interface EmulatorClock {
   now(): number;
@@ -90,6 +91,8 @@ export class EmulatorState {
   /** Every reaction id ever issued, to tell 231010 (other message) from 231011 (unknown). */
   readonly reactionHome = new Map<string, string>();
   readonly replyByUuid = new Map<string, { message: MessageRecord; at: number }>();
+  /** Card entities and the CardKit switches; a reset starts both anew. */
+  readonly cards = new CardStore();
   private readonly tokens = new Map<string, TokenRecord>();
   private readonly latestToken = new Map<string, TokenRecord>();
   offsetMs = 0;

@@ -4,6 +4,7 @@ import { expect } from 'vitest';
 import worker from '../../workers/index';
 import { LarkApiError } from '../../workers/lark/errors';
 import { uid } from '../helpers/db';
+import { type CardKitConfig, type CardView, listCards, readCard, setCardKit } from '../helpers/lark-cards';
 
 export const larkBase = () => env.LARK_API_BASE!;
 
@@ -21,6 +22,17 @@ export async function emu<T = unknown>(
   if (!res.ok) throw new Error(`emulator ${path}: ${res.status} ${await res.text()}`);
   return (await res.json()) as T;
 }
+
+/** A CardKit card as the emulator holds it (test/helpers/lark-cards.ts). */
+export const emuCard = (cardId: string): Promise<CardView> => readCard(larkBase(), cardId);
+
+/** The cards sent as, or in answer to, a message (or all of an app's). */
+export const emuCards = (filter: { app_id?: string; message_id?: string }): Promise<CardView[]> =>
+  listCards(larkBase(), filter);
+
+/** The emulator's choices where Lark's CardKit behaviour is unconfirmed. */
+export const emuCardKit = (patch: Partial<CardKitConfig>): Promise<CardKitConfig> =>
+  setCardKit(larkBase(), patch);
 
 /**
  * Resolves once the emulator holds `count` calls of `route` (a `hold` fault): they have
