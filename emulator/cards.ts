@@ -170,12 +170,14 @@ export class CardStore {
     return Math.max(1, Math.ceil((rec.window[0]! + 1000 - now) / 1000));
   }
 
-  /** Sequence in 1…2³¹−1 and above the last accepted one; a repeated uuid is answered, not applied. */
+  /** Sequence in 1…2³¹−1 and above the last accepted one, uuid ≤ 64 chars; a repeated uuid is answered, not applied. */
   gate(rec: CardRecord, body: Json): Gate {
     const sequence = body?.sequence;
     if (typeof sequence !== 'number' || !Number.isInteger(sequence) || sequence > SEQUENCE_MAX)
       return { pass: false, code: CARD_CODES.fieldInvalid, reason: 'field validation failed: sequence' };
-    const uuid = typeof body.uuid === 'string' ? body.uuid : undefined;
+    if (body.uuid !== undefined && (typeof body.uuid !== 'string' || body.uuid.length > 64))
+      return { pass: false, code: CARD_CODES.fieldInvalid, reason: 'field validation failed: uuid' };
+    const uuid = body.uuid as string | undefined;
     if (uuid && this.config.updateUuid === 'dedupe' && rec.sequences.some((op) => op.uuid === uuid))
       return { pass: false, ignored: 'uuid' };
     const last = lastSequence(rec);

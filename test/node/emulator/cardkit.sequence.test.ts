@@ -78,6 +78,7 @@ describe('CardKit sequences', () => {
     expect((await h.content(cardId, 1, 'two', 'op-2')).body.code).toBe(300317);
     expect((await h.content(cardId, 2, 'two', 'op-2')).body.code).toBe(0);
     expect((await readCard(h.base, cardId)).ignored).toMatchObject([{ uuid: 'op-1', reason: 'uuid' }]);
+    expect((await h.content(cardId, 3, 'long', 'u'.repeat(65))).body.code).toBe(99992402);
 
     await setCardKit(h.base, { updateUuid: 'ignore' });
     expect((await h.content(cardId, 2, 'two', 'op-2')).body.code).toBe(300317);
