@@ -40,7 +40,7 @@ describe('per-installation settings (issue 34 reply_mode)', () => {
     });
     expect(await (await settingsOf(app.installationId)).json()).toEqual({ settings: { reply_mode: 'card_stream' } });
     const again = await change(app.installationId, { operator: 'bob', settings: { reply_mode: 'card_stream' } });
-    expect((await again.json()).changed).toEqual([]);
+    expect(((await again.json()) as { changed: unknown[] }).changed).toEqual([]);
     expect(await auditOf(app.installationId)).toEqual([
       {
         operator: 'alice',

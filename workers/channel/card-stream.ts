@@ -140,14 +140,19 @@ export class CardStream {
     try {
       // The first text creates and sends the card with it (visible at once); later texts update it.
       if (!this.card?.sentMessageId) {
+        // A card this run creates carries the text; one an earlier writer created does not.
+        const created = !this.card;
         await this.ensureSent(text);
-        this.pushed = text;
         this.lastPushAt = this.now();
-        return;
+        if (created) {
+          this.pushed = text;
+          return;
+        }
       }
+      const card = this.card!;
       const sequence = await this.takeSequence();
       await this.deps.lark.setCardElementText(
-        this.card.cardId,
+        card.cardId,
         CARD_ELEMENT_ID,
         { content: text, sequence },
         { deadline: new Deadline(CALL_BUDGET_MS), signal: this.deps.signal },

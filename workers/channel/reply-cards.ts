@@ -80,8 +80,8 @@ export async function reserveSequences(
   count: number,
 ): Promise<{ last: number; finished: boolean } | null> {
   const { rows } = await q.query<{ sequence: number; finished: boolean }>(
-    `update channel_reply_cards set sequence = sequence + $3
-      where session_id = $1 and turn_no = $2 and sequence <= $4 - $3
+    `update channel_reply_cards set sequence = sequence + $3::int
+      where session_id = $1 and turn_no = $2 and sequence <= $4::int - $3::int
       returning sequence, finished_at is not null as finished`,
     [turn.sessionId, turn.turnNo, count, MAX_SEQUENCE],
   );
