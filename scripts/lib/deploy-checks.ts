@@ -8,6 +8,8 @@
  *  - routing: a workers.dev hostname or preview URL bypasses the zone's WAF, rate limiting and
  *    Access rules.
  */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { basename, join, relative } from 'node:path';
 import { unstable_readConfig } from 'wrangler';
 
 /** Every Worker this repository deploys: the main one, the retention cleanup, the alerts Tail Worker. */
@@ -73,4 +75,27 @@ export function withTelemetryDestinations(text: string, env: Record<string, stri
     out = out.slice(0, start) + filled + (end < 0 ? '' : out.slice(end));
   }
   return out;
+}
+
+/**
+ * The config to deploy `config` (a path relative to `root`) with: the committed file itself when
+ * no OpenTelemetry destination is named in `env`, else a copy with them filled in, written to
+ * `root`/.local/deploy/ (scripts/deploy-config.ts, `npm run deploy`).
+ */
+export function deployConfigPath(
+  root: string,
+  config: string,
+  env: Record<string, string | undefined>,
+): string {
+  const text = readFileSync(join(root, config), 'utf8');
+  const out = withTelemetryDestinations(text, env);
+  if (out === text) return join(root, config);
+  const dir = join(root, '.local/deploy');
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, basename(config));
+  // Paths in a wrangler config are relative to the file: main moves with it.
+  const main = /^main = "([^"]+)"$/m.exec(out)?.[1];
+  const moved = main ? out.replace(`main = "${main}"`, `main = "${relative(dir, join(root, main))}"`) : out;
+  writeFileSync(path, moved);
+  return path;
 }

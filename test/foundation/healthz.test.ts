@@ -14,6 +14,12 @@ describe('GET /healthz', () => {
     expect(await res.json()).toMatchObject({ status: 'ok', db: 'ok' });
   });
 
+  it('names the version that answered (the deploy smoke test reads it)', async () => {
+    const res = await exports.default.fetch('http://test/healthz');
+    expect(env.CF_VERSION_METADATA.id).toMatch(/\S/);
+    expect(res.headers.get('x-worker-version')).toBe(env.CF_VERSION_METADATA.id);
+  });
+
   it('answers 503 with db down when the database is unreachable', async () => {
     const ctx = createExecutionContext();
     const broken = { ...env, DATABASE_URL: 'postgres://postgres:postgres@127.0.0.1:1/nowhere' };

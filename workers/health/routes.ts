@@ -27,9 +27,17 @@ export const HEALTH_GATE_WAIT_MS = 250;
  *   Those connections are the isolate's work in progress: busy is healthy. A load balancer or
  *   uptime monitor that took a busy Worker out would move its load onto the others.
  * - 503 `db: "down"`: the connection or the statement failed, or did not finish in time.
+ *
+ * Every answer names the Worker version that gave it (`x-worker-version`, the version metadata
+ * binding): `npm run deploy` smoke-tests a new version through the version-override header,
+ * which the platform ignores silently until the version is in the deployment, and only this
+ * header tells the version that answered from the one serving traffic (scripts/lib/deploy-smoke.ts).
  */
 export const health = new Hono<AppEnv>().get('/', async (c) => {
   const started = Date.now();
+  // Optional: a direct app.request in a test may pass an env without the binding.
+  const version = c.env.CF_VERSION_METADATA?.id;
+  if (version) c.header('x-worker-version', version);
   const pool = openPool(c.var.config, { max: 1, priority: 'answer', gateWaitMs: HEALTH_GATE_WAIT_MS });
   try {
     await withTimeout(pool.query('select 1'), HEALTH_BUDGET_MS, () => new Error('db timeout'));

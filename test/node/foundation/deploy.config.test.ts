@@ -61,6 +61,8 @@ describe('[env.staging] is production with its own resources', () => {
       expect(staging.triggers).toEqual(top.triggers);
       expect(staging.compatibility_date).toBe(top.compatibility_date);
       expect(staging.placement).toEqual(top.placement);
+      // The version id /healthz answers with, which `npm run deploy`'s smoke test reads.
+      expect(staging.version_metadata).toEqual(top.version_metadata);
       expect(staging.ratelimits.map((r: RateLimit) => ({ ...r, namespace_id: undefined }))).toEqual(
         top.ratelimits.map((r: RateLimit) => ({ ...r, namespace_id: undefined })),
       );
