@@ -7,27 +7,58 @@ type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
 /**
  * Per-installation settings (migration 0180, `lark_installation_settings`): one row an
  * installation, absent until an operator first changes one, so a missing row is every default.
- * Readers go through `readSettings`, writers through `updateSettings`; the zod shape below is
- * the one list of settings and values (the admin route and the console validate with it).
+ * `SETTINGS` is the one list of settings: each is a text column of that table (its migration adds
+ * the column with the same default and a check of the same values), a zod schema the admin route
+ * and the console validate with, and its default. Adding a setting is a migration and one entry.
  */
-export const SETTINGS_DEFAULTS = {
+export const SETTINGS = {
   /** `text`: one text message after the agent finished; `card_stream`: a CardKit card typed out as the agent answers. */
-  reply_mode: 'text',
-} as const satisfies Record<string, string>;
+  reply_mode: { schema: z.enum(['text', 'card_stream']), default: 'text' },
+} as const satisfies Record<string, { schema: z.ZodEnum; default: string }>;
 
-export const InstallationSettings = z.strictObject({
-  reply_mode: z.enum(['text', 'card_stream']),
-});
-export type InstallationSettings = z.infer<typeof InstallationSettings>;
+export type SettingName = keyof typeof SETTINGS;
+export type InstallationSettings = { [K in SettingName]: z.infer<(typeof SETTINGS)[K]['schema']> };
 
-/** A change names at least one setting; unknown names or values are refused by the shape. */
-export const SettingsChange = InstallationSettings.partial().refine(
-  (s) => Object.keys(s).length > 0,
-  'name at least one setting',
-);
-export type SettingsChange = z.infer<typeof SettingsChange>;
+const NAMES = Object.keys(SETTINGS) as SettingName[];
 
-const READ = `select reply_mode from lark_installation_settings where installation_id = $1`;
+export const SETTINGS_DEFAULTS = Object.fromEntries(
+  NAMES.map((n) => [n, SETTINGS[n].default]),
+) as InstallationSettings;
+
+/** A change names at least one setting; unknown names or values are refused. */
+export const SettingsChange = z
+  .strictObject(
+    Object.fromEntries(NAMES.map((n) => [n, SETTINGS[n].schema.optional()])) as {
+      [K in SettingName]: z.ZodOptional<(typeof SETTINGS)[K]['schema']>;
+    },
+  )
+  .refine((s) => Object.values(s).some((v) => v !== undefined), 'name at least one setting');
+export type SettingsChange = Partial<InstallationSettings>;
+
+// The statements name every column of SETTINGS; column names come from that constant list,
+// never from input. Values are parameters.
+const COLUMNS = NAMES.join(', ');
+const READ = `select ${COLUMNS} from lark_installation_settings where installation_id = $1`;
+
+/**
+ * One statement: the row is created with the defaults and the change, or updated, and the
+ * previous values come back for the record. No row when the installation does not exist
+ * (the insert selects from lark_installations; nothing is written).
+ * $1 installation, $2 operator, then per setting: its new value (null: unchanged), its default.
+ */
+const UPSERT = (() => {
+  const value = (i: number) => `$${3 + 2 * i}::text`;
+  const fallback = (i: number) => `$${4 + 2 * i}::text`;
+  return `
+with before as (select ${COLUMNS} from lark_installation_settings where installation_id = $1)
+insert into lark_installation_settings as s (installation_id, updated_by, ${COLUMNS})
+select i.id, $2, ${NAMES.map((_, i) => `coalesce(${value(i)}, ${fallback(i)})`).join(', ')}
+  from lark_installations i where i.id = $1
+on conflict (installation_id) do update
+   set updated_at = app_now(), updated_by = $2,
+       ${NAMES.map((n, i) => `${n} = coalesce(${value(i)}, s.${n})`).join(',\n       ')}
+returning ${NAMES.map((n) => `s.${n}, (select ${n} from before) as old_${n}`).join(', ')}`;
+})();
 
 /** The installation's settings, defaults where no row exists (one primary-key read). */
 export async function readSettings(q: Q, installationId: string): Promise<InstallationSettings> {
@@ -35,23 +66,10 @@ export async function readSettings(q: Q, installationId: string): Promise<Instal
   return { ...SETTINGS_DEFAULTS, ...rows[0] };
 }
 
-/**
- * One statement: the row is created with the defaults and the change, or updated, and the
- * previous values come back for the record. `null` when the installation does not exist (the
- * foreign key refuses the insert; nothing is written).
- */
-const UPSERT = `
-with before as (select reply_mode from lark_installation_settings where installation_id = $1)
-insert into lark_installation_settings as s (installation_id, reply_mode, updated_by)
-select i.id, coalesce($2, $4), $3 from lark_installations i where i.id = $1
-on conflict (installation_id) do update
-   set reply_mode = coalesce($2, s.reply_mode), updated_at = app_now(), updated_by = $3
-returning s.reply_mode, (select reply_mode from before) as old_reply_mode`;
-
 export interface SettingsUpdate {
   settings: InstallationSettings;
   /** Each setting whose value changed, with its old and new value. */
-  changed: { setting: keyof InstallationSettings; from: string; to: string }[];
+  changed: { setting: SettingName; from: string; to: string }[];
 }
 
 export async function updateSettings(
@@ -60,16 +78,17 @@ export async function updateSettings(
   change: SettingsChange,
   operator: string,
 ): Promise<SettingsUpdate | null> {
-  const { rows } = await q.query<{
-    reply_mode: InstallationSettings['reply_mode'];
-    old_reply_mode: string | null;
-  }>(UPSERT, [installationId, change.reply_mode ?? null, operator, SETTINGS_DEFAULTS.reply_mode]);
+  const params: unknown[] = [installationId, operator];
+  for (const n of NAMES) params.push(change[n] ?? null, SETTINGS[n].default);
+  const { rows } = await q.query<Record<string, string | null>>(UPSERT, params);
   const row = rows[0];
   if (!row) return null;
-  const settings: InstallationSettings = { reply_mode: row.reply_mode };
-  const from = row.old_reply_mode ?? SETTINGS_DEFAULTS.reply_mode;
-  const changed =
-    from === settings.reply_mode ? [] : [{ setting: 'reply_mode' as const, from, to: settings.reply_mode }];
+  const settings = Object.fromEntries(NAMES.map((n) => [n, row[n]])) as InstallationSettings;
+  const changed = NAMES.flatMap((setting) => {
+    const from = row[`old_${setting}`] ?? SETTINGS[setting].default;
+    const to = settings[setting];
+    return from === to ? [] : [{ setting, from, to }];
+  });
   if (changed.length > 0) log.info('installation_settings_changed', { installationId, operator, changed });
   return { settings, changed };
 }
