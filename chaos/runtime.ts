@@ -17,28 +17,27 @@ import { convertV4MiniflareOptions, Miniflare } from 'miniflare';
  * of the same replica; memory (in-flight work, caches) does not.
  */
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-export const MAIN_CONFIG = join(ROOT, 'wrangler.toml');
-export const RETENTION_CONFIG = join(ROOT, 'retention.wrangler.toml');
 const RETENTION_NAME = 'reaction-ledger-retention';
 const PROBE_NAME = 'reaction-ledger-chaos-probe';
-
-const PROBE_CONFIG = join(ROOT, 'chaos/probe.wrangler.toml');
 
 export interface Bundles {
   main: string;
   retention: string;
   /** chaos/probe-worker.ts: runs a typing-maintenance pass on request. */
   probe: string;
+  /** The configs the bundles were built from (this tree's, or a previous release's). */
+  mainConfig: string;
+  retentionConfig: string;
 }
 
-/** `wrangler deploy --dry-run` of one config. */
-async function bundle(args: string[]): Promise<string> {
+/** `wrangler deploy --dry-run` of one config, in the source tree at `root`. */
+async function bundle(args: string[], root = ROOT): Promise<string> {
   const outdir = await mkdtemp(join(tmpdir(), 'reaction-ledger-chaos-bundle-'));
   await promisify(execFile)(
     join(ROOT, 'node_modules/.bin/wrangler'),
     ['deploy', '--dry-run', '--env=', '--outdir', outdir, ...args],
     {
-      cwd: ROOT,
+      cwd: root,
       env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_CF_FETCH_ENABLED: 'false' },
     },
   );
@@ -47,14 +46,39 @@ async function bundle(args: string[]): Promise<string> {
   return join(outdir, script);
 }
 
-/** Both bundles, built once per chaos run (about 2 s each). */
-export async function buildBundles(): Promise<Bundles> {
+/**
+ * The three bundles, built once per chaos run (about 2 s each); from another source tree
+ * (`root`: a previous release's, scripts/lib/previous-release.ts) with that tree's configs.
+ */
+export async function buildBundles(root = ROOT): Promise<Bundles> {
+  const mainConfig = join(root, 'wrangler.toml');
+  const retentionConfig = join(root, 'retention.wrangler.toml');
   const [main, retention, probe] = await Promise.all([
-    bundle(['-c', MAIN_CONFIG]),
-    bundle(['-c', RETENTION_CONFIG]),
-    bundle(['-c', PROBE_CONFIG]),
+    bundle(['-c', mainConfig], root),
+    bundle(['-c', retentionConfig], root),
+    bundle(['-c', join(root, 'chaos/probe.wrangler.toml')], root),
   ]);
-  return { main, retention, probe };
+  return { main, retention, probe, mainConfig, retentionConfig };
+}
+
+/**
+ * A config's Miniflare worker options as wrangler derives them. Each Worker is one bundled
+ * module: the configs' module rules have nothing to apply to (and Miniflare 5's converter
+ * refuses them). Without their `tail_consumers` too (the alerts Tail Worker, not part of these
+ * runs): Miniflare refuses a tail naming a Worker it does not run.
+ */
+export async function workerOptions(
+  config: string,
+): Promise<Record<string, unknown> & { bindings?: unknown }> {
+  const wrangler = await import('wrangler');
+  const {
+    modulesRules: _rules,
+    tails: _tails,
+    ...rest
+  } = wrangler.unstable_getMiniflareWorkerOptions(config).workerOptions as ReturnType<
+    typeof wrangler.unstable_getMiniflareWorkerOptions
+  >['workerOptions'] & { tails?: unknown };
+  return rest as Record<string, unknown> & { bindings?: unknown };
 }
 
 export interface RuntimeOptions {
@@ -84,24 +108,8 @@ export interface Runtime {
 }
 
 export async function startRuntime(opts: RuntimeOptions): Promise<Runtime> {
-  const wrangler = await import('wrangler');
-  // Each Worker is one bundled module: the configs' module rules have nothing to apply to (and
-  // Miniflare 5's converter refuses them). Without their `tail_consumers` too (the alerts Tail
-  // Worker, not part of the chaos run): Miniflare refuses a tail naming a Worker it does not run.
-  const options = (config: string) => {
-    const {
-      modulesRules: _rules,
-      tails: _tails,
-      ...rest
-    } = wrangler.unstable_getMiniflareWorkerOptions(config).workerOptions as ReturnType<
-      typeof wrangler.unstable_getMiniflareWorkerOptions
-    >['workerOptions'] & {
-      tails?: unknown;
-    };
-    return rest;
-  };
-  const main = options(MAIN_CONFIG);
-  const retention = options(RETENTION_CONFIG);
+  const main = await workerOptions(opts.bundles.mainConfig);
+  const retention = await workerOptions(opts.bundles.retentionConfig);
   const mainBindings = main.bindings as Record<string, unknown>;
   const retentionBindings = retention.bindings as Record<string, unknown>;
   // Miniflare 5 takes its own option shape; wrangler still hands out v4 worker options, which
