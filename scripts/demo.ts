@@ -1,10 +1,13 @@
 // npm run demo [-- "message" ["message" ...]]: against a running `npm run dev`, the Lark
 // emulator sends signed, encrypted im.message.receive_v1 events to the webhook (three by
-// default, back to back, so they coalesce into one turn), and the demo prints, by polling
-// the emulator's inspection API: the `Typing` badge appearing on each message, the bot's
-// reply, and every badge gone. It finds the stack (service, emulator) through
-// .local/dev-stack.json and the admin token in .local/dev-secrets.json.
+// default, back to back, so they coalesce into one turn), and the demo prints, in the order
+// they happened on the emulator's clock (scripts/lib/demo-timeline.ts): each message and the
+// webhook's answer, the `Typing` badge added to each message, the bot's reply, and each badge
+// withdrawn. It polls the emulator's inspection API (its call log and the replies), finds the
+// stack (service, emulator) through .local/dev-stack.json and the admin token in
+// .local/dev-secrets.json.
 import { setupLarkDemo } from './lib/demo-setup';
+import { demoTimeline, doneLine, type EmulatorCall, type SentMessage, sinceStart } from './lib/demo-timeline';
 import { type DevStack, devSecrets, findDevStack } from './lib/dev-stack';
 
 const stamp = new Date().toISOString().slice(11, 19);
@@ -43,15 +46,50 @@ if (!up) {
 const demo = await setupLarkDemo({ serviceUrl, adminToken: devSecrets().ADMIN_TOKEN, emulatorUrl });
 console.log(`[demo] installation ${demo.installationId} (app ${demo.appId}), chat ${demo.chatId}`);
 
-const started = Date.now();
-const at = () => `+${String(Date.now() - started).padStart(5)} ms`;
+// Every line is stamped on the emulator's clock, from its own reading at the start.
+const { now: started } = await emu<{ now: number }>('clock');
+const messages: SentMessage[] = [];
+const printed = new Set<string>();
+
+/** This app's replies' texts on the demo's messages, oldest first. */
+async function replyTexts(calls: EmulatorCall[]): Promise<Map<string, string[]>> {
+  const texts = new Map<string, string[]>();
+  const anchors = new Set(
+    calls.filter((c) => c.route === 'reply' && c.appId === demo.appId).map((c) => c.messageId),
+  );
+  for (const m of messages) {
+    if (!anchors.has(m.id)) continue;
+    const { items } = await emu<{ items: { content: string }[] }>(`messages/${m.id}/replies`);
+    texts.set(
+      m.id,
+      items.map((r) => (JSON.parse(r.content) as { text?: string }).text ?? r.content),
+    );
+  }
+  return texts;
+}
+
+/**
+ * Prints what happened since the last call, oldest first. Everything the emulator did before
+ * its call log was read is in it, and what it does later is stamped later, so each render only
+ * adds lines after the ones already printed.
+ */
+async function render() {
+  const { calls } = await emu<{ calls: EmulatorCall[] }>('calls');
+  const timeline = demoTimeline(demo.appId, messages, calls, await replyTexts(calls));
+  for (const e of timeline.events) {
+    if (printed.has(e.key)) continue;
+    printed.add(e.key);
+    console.log(`[demo] ${sinceStart(e.at, started)} ${e.line}`);
+  }
+  return timeline;
+}
+
 interface Sent {
   status: number;
-  response: string;
   latencyMs: number;
   message_id: string;
+  payload: { event: { message: { create_time: string } } };
 }
-const messages: { id: string; text: string; badge: 'never' | 'on' | 'gone' }[] = [];
 for (const text of texts) {
   const sent = await emu<Sent>('events', {
     method: 'POST',
@@ -63,62 +101,28 @@ for (const text of texts) {
       message: { text, chat_id: demo.chatId, chat_type: 'group' },
     }),
   });
-  console.log(`[demo] ${at()} user says ${JSON.stringify(text)} (${sent.message_id})`);
-  console.log(`[demo] ${at()}   webhook answered HTTP ${sent.status} in ${sent.latencyMs} ms`);
+  messages.push({
+    id: sent.message_id,
+    text,
+    sentAt: Number(sent.payload.event.message.create_time),
+    status: sent.status,
+    latencyMs: sent.latencyMs,
+  });
+  await render();
   if (sent.status !== 200) process.exit(1);
-  messages.push({ id: sent.message_id, text, badge: 'never' });
 }
 
-/** This app's `Typing` reactions on a message (humans' and other apps' are not ours). */
-async function ourTyping(messageId: string): Promise<number> {
-  const { items } = await emu<{
-    items: {
-      reaction_type: { emoji_type: string };
-      operator: { operator_id: string; operator_type: string };
-    }[];
-  }>(`messages/${messageId}/reactions`);
-  return items.filter(
-    (r) =>
-      r.reaction_type.emoji_type === 'Typing' &&
-      r.operator.operator_type === 'app' &&
-      r.operator.operator_id === demo.appId,
-  ).length;
-}
-
-const replied = new Set<string>();
 for (;;) {
-  for (const m of messages) {
-    const on = (await ourTyping(m.id)) > 0;
-    if (on && m.badge === 'never') {
-      m.badge = 'on';
-      console.log(`[demo] ${at()} Typing badge ON   ${JSON.stringify(m.text)}`);
-    } else if (!on && m.badge === 'on') {
-      m.badge = 'gone';
-      console.log(`[demo] ${at()} Typing badge GONE ${JSON.stringify(m.text)}`);
-    }
-    const { items } = await emu<{ items: { message_id: string; content: string }[] }>(
-      `messages/${m.id}/replies`,
-    );
-    for (const reply of items) {
-      if (replied.has(reply.message_id)) continue;
-      replied.add(reply.message_id);
-      const body = JSON.parse(reply.content) as { text?: string };
-      console.log(
-        `[demo] ${at()} bot replies to ${JSON.stringify(m.text)}: ${JSON.stringify(body.text ?? reply.content)}`,
-      );
-    }
-  }
-  const badgesDone = messages.every((m) => m.badge !== 'on');
-  if (replied.size > 0 && badgesDone) {
-    const never = messages.filter((m) => m.badge === 'never');
-    console.log(
-      `[demo] ${at()} every badge gone${never.length ? ` (${never.length} never seen: too fast for the ${POLL_MS} ms poll, or skipped)` : ''}`,
-    );
+  const timeline = await render();
+  const done = doneLine(timeline);
+  if (done) {
+    console.log(`[demo] ${done}`);
     process.exit(0);
   }
-  if (Date.now() - started > WAIT_MS) {
+  const elapsed = (await emu<{ now: number }>('clock')).now - started;
+  if (elapsed > WAIT_MS) {
     console.error(
-      `[demo] not finished within ${WAIT_MS / 1000} s: replies ${replied.size}, badges ${messages.map((m) => m.badge).join(', ')}`,
+      `[demo] not finished within ${WAIT_MS / 1000} s: replies ${timeline.replies}, badges ${[...timeline.badges.values()].join(', ')}`,
     );
     process.exit(1);
   }

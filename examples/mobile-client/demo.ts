@@ -1,14 +1,15 @@
 // Drives the mobile client library against `npm run dev` (run that first, in another terminal):
-//   npx tsx examples/mobile-client/demo.ts [locale]
+//   npx tsx examples/mobile-client/demo.ts [locale]   (en by default; vi ships too)
 // It finds the service through .local/dev-stack.json and mints demo-alice's token from
 // .local/dev-secrets.json. Env: ACTOR_ID (demo-alice), MESSAGE_ID (demo-message-1).
 // The journal lives in .local/mobile-demo-journal.json, so an interrupted run resumes next time.
 // VERBOSE=1 prints every journal write and request.
-import { existsSync } from 'node:fs';
-import { type JournalEntry, ReactionClient, recoveryFor, statusOf } from '../../clients/mobile/src';
+import { relative } from 'node:path';
+import { ReactionClient, recoveryFor } from '../../clients/mobile/src';
 import { devSecrets, findDevStack, LOCAL_DIR } from '../../scripts/lib/dev-stack';
 import { signActorToken } from '../../workers/auth/sign';
 import { FileStore } from './file-store';
+import { entryLine, journalLine } from './lines';
 
 function serviceUrl(): string {
   try {
@@ -21,13 +22,13 @@ function serviceUrl(): string {
 const baseUrl = serviceUrl();
 const actorId = process.env.ACTOR_ID ?? 'demo-alice';
 const messageId = process.env.MESSAGE_ID ?? 'demo-message-1';
-const locale = process.argv[2] ?? 'vi';
+const locale = process.argv[2] ?? 'en';
 
 const token = () => signActorToken(devSecrets().ACTOR_JWT_SECRET, actorId, { ttlSeconds: 3600 });
 
-/** The device's network: can go offline, and loses the answer of the next write once. */
+/** The device's network: can go offline, and loses the answer of the next write once armed. */
 let offline = false;
-let loseNextWriteAnswer = true;
+let loseNextWriteAnswer = false;
 async function deviceFetch(input: string, init: RequestInit): Promise<Response> {
   if (offline) throw new TypeError('offline');
   if (process.env.VERBOSE) console.log(`  fetch ${init.method} ${input}`);
@@ -41,11 +42,6 @@ async function deviceFetch(input: string, init: RequestInit): Promise<Response> 
   return res;
 }
 
-const show = (e: JournalEntry) =>
-  `${e.intent.emoji} ${e.intent.desired.padEnd(7)} op ${e.operationId.slice(0, 8)} ${statusOf(e)}` +
-  (e.lastError && !e.terminal ? ` (last: ${e.lastError})` : '') +
-  (e.terminal ? ` → ${e.terminal.outcome} (reaction ${e.terminal.reflected})` : '');
-
 async function settle(client: ReactionClient, label: string): Promise<void> {
   for (let i = 0; i < 60; i++) {
     const open = (await client.entries()).filter((e) => !e.terminal);
@@ -54,7 +50,7 @@ async function settle(client: ReactionClient, label: string): Promise<void> {
   }
   console.log(`\n${label}`);
   for (const e of await client.entries()) {
-    console.log(`  ${show(e)}`);
+    console.log(`  ${entryLine(e)}`);
     const recovery = recoveryFor(e, locale);
     if (recovery) console.log(`    [${recovery.title}] ${recovery.body} → ${recovery.actionLabel}`);
     // The user has seen it: terminal entries leave the journal once acknowledged.
@@ -63,7 +59,6 @@ async function settle(client: ReactionClient, label: string): Promise<void> {
 }
 
 const journalPath = `${LOCAL_DIR}mobile-demo-journal.json`;
-const resumed = existsSync(journalPath);
 const client = new ReactionClient({
   baseUrl,
   storage: new FileStore(journalPath),
@@ -72,12 +67,17 @@ const client = new ReactionClient({
   requestTimeoutMs: 5000,
 });
 client.subscribe((e) => {
-  if (process.env.VERBOSE) console.log(`  journal: ${show(e)}`);
+  if (process.env.VERBOSE) console.log(`  journal: ${entryLine(e)}`);
 });
 await client.signIn({ actorId, token: await token() });
-if (resumed) await settle(client, 'resumed the journal of an earlier run:');
+// Entries an earlier run left (killed mid-way): replayed to their end, like an app restart.
+const left = (await client.entries()).length;
+console.log(journalLine(left, relative(process.cwd(), journalPath)));
+if (left) await settle(client, 'its entries, replayed to their end:');
 
 console.log(`\n1. ${actorId} reacts 👍 on ${messageId}; the answer is lost, the replay applies it once`);
+// Armed here, not at the start: a resumed entry's write must not take step 1's lost answer.
+loseNextWriteAnswer = true;
 await client.choose({ messageId, emoji: '👍', desired: 'present' });
 await settle(client, 'after replay:');
 

@@ -1,5 +1,6 @@
-import { Client, neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
+import { neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { log } from '../log';
+import { admitConnections, type QueryConfig, watchCheckedOutClients } from './driver-internals';
 import { type ConnectionPriority, isolateGate, type Permit } from './gate';
 import { queryWithBudget } from './one-shot';
 import { sqlState } from './tx';
@@ -77,7 +78,22 @@ export interface PoolOptions {
   idleTimeoutMs?: number;
 }
 
-/** What a pool hands each of its clients (through the pool's options) to pass the gate. */
+/** The options of one pool, every field filled in. */
+type ResolvedOptions = Required<Omit<PoolOptions, 'idleTimeoutMs'>> & Pick<PoolOptions, 'idleTimeoutMs'>;
+
+function resolveOptions(settings: DbSettings, options: PoolOptions | number): ResolvedOptions {
+  const {
+    max = 4,
+    statementTimeoutMs = settings.DB_STATEMENT_TIMEOUT_MS,
+    connectTimeoutMs = Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
+    priority = 'background',
+    gateWaitMs = connectTimeoutMs,
+    idleTimeoutMs,
+  } = typeof options === 'number' ? { max: options } : options;
+  return { max, statementTimeoutMs, connectTimeoutMs, priority, gateWaitMs, idleTimeoutMs };
+}
+
+/** A pool's place in the isolate's connection budget (db/gate.ts). */
 interface GateTicket {
   priority: ConnectionPriority;
   waitMs: number;
@@ -91,41 +107,102 @@ function giveBack(gate: GateTicket, permit: Permit): void {
   permit.release();
 }
 
+/** The pool's ticket for the isolate's gate; none where the settings name no budget. */
+function gateTicket(settings: DbSettings, o: ResolvedOptions): GateTicket | undefined {
+  if (settings.DB_ISOLATE_MAX_CONNECTIONS === undefined) return undefined;
+  isolateGate.configure(settings.DB_ISOLATE_MAX_CONNECTIONS);
+  return {
+    priority: o.priority,
+    // The gate's wait ends before the pool's own connect timer would cut the connection.
+    waitMs: Math.max(0, Math.min(o.gateWaitMs, o.connectTimeoutMs - GATE_MARGIN_MS)),
+    held: new Set(),
+  };
+}
+
+function newPool(settings: DbSettings, o: ResolvedOptions): Pool {
+  return new Pool({
+    connectionString: settings.DATABASE_URL,
+    max: o.max,
+    connectionTimeoutMillis: o.connectTimeoutMs,
+    ...(o.idleTimeoutMs === undefined ? {} : { idleTimeoutMillis: o.idleTimeoutMs }),
+    // No statement_timeout / lock_timeout / options in the startup packet: Neon's pooled
+    // endpoint (PgBouncer, transaction mode) refuses unknown startup parameters, and a server
+    // connection there serves many clients, so nothing may rest on session state. Budgets go
+    // with each statement instead: `budgetOneShots` below, and `begin; set local ...` in withTx.
+  });
+}
+
 /**
- * A client that takes a place in the isolate's budget before it opens its connection, and
- * gives it back when the connection ends. The wait happens inside the pool's connect, so its
- * connect timeout covers both; a wait that runs out fails the connect like a refusal.
+ * Each connection takes a place in the isolate's budget before it opens and gives it back
+ * when it ends; a wait that runs out fails the connect like a refusal.
  */
-class GatedClient extends Client {
-  constructor(config: ConstructorParameters<typeof Client>[0] & { gate: GateTicket }) {
-    super(config);
-    const { gate } = config;
-    const open = this.connect.bind(this) as () => Promise<void>;
-    this.connect = ((callback?: (err: Error | null) => void) => {
-      let permit: Permit | undefined;
-      const opened = isolateGate.acquire(gate.priority, gate.waitMs).then(async (p) => {
-        permit = p;
-        gate.held.add(p);
-        this.once('end', () => giveBack(gate, p));
-        await open();
-      });
-      const settled = opened.catch((err: unknown) => {
-        if (permit) giveBack(gate, permit);
-        throw err;
-      });
-      if (!callback) return settled;
-      // pg-pool's callback (the only caller that passes one) settles its own promise, which its
-      // caller awaits; should the callback itself throw, that is logged here rather than left an
-      // unhandled rejection of this chain (issue 35 hole 11: nothing from the driver uncaught).
-      settled
-        .then(
-          () => callback(null),
-          (err: Error) => callback(err),
-        )
-        .catch((err: unknown) => log.error('db_connect_callback_failed', { error: err }));
-      return undefined;
-    }) as typeof this.connect;
-  }
+function gateConnections(pool: Pool, gate: GateTicket): void {
+  admitConnections(pool, async (client) => {
+    const permit = await isolateGate.acquire(gate.priority, gate.waitMs);
+    gate.held.add(permit);
+    client.once('end', () => giveBack(gate, permit));
+    return () => giveBack(gate, permit);
+  });
+}
+
+/** Whether the pool's own `end` has been called: a loss after it is not an incident. */
+interface PoolLife {
+  ending: boolean;
+}
+
+/**
+ * Logs a lost connection once. The driver never sends a WebSocket close, so ending a pool in
+ * workerd can surface "Network connection lost." after we are done with it; only earlier
+ * errors matter. pg reports one loss of a checked-out client twice (the server's message, then
+ * "Connection terminated unexpectedly" at the socket's end), and the pool reports it again once
+ * the client is back in it: one line for all three.
+ */
+function logConnectionLoss(pool: Pool, life: PoolLife): void {
+  const lost = new WeakSet<PoolClient>();
+  pool.on('error', (err: Error, client: PoolClient) => {
+    if (!life.ending && !lost.has(client)) log.error('db_pool_error', { error: err });
+  });
+  watchCheckedOutClients(pool, (err, client) => {
+    if (life.ending || lost.has(client)) return;
+    lost.add(client);
+    log.warn('db_connection_lost', { error: err });
+  });
+}
+
+/**
+ * Every one-shot `pool.query` carries its budget (one-shot.ts). Errors from Postgres leave the
+ * connection usable, so only a transport failure discards it.
+ */
+function budgetOneShots(pool: Pool, statementTimeoutMs: number): void {
+  const budget = { statementMs: statementTimeoutMs, lockMs: statementTimeoutMs };
+  pool.query = (async (config: string | QueryConfig, values?: unknown[]) => {
+    const client = await pool.connect();
+    let broken: Error | undefined;
+    try {
+      return await queryWithBudget(client, budget, config, values);
+    } catch (err) {
+      if (!sqlState(err)) broken = err as Error;
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }) as typeof pool.query;
+}
+
+/**
+ * `end` may be called more than once (the driver's throws), never fails (a pool that fails to
+ * end has nothing left to lose; its loss is not logged, see `logConnectionLoss`), and gives
+ * back any place a connection whose socket never reported its end still holds.
+ */
+function endOnce(pool: Pool, life: PoolLife, gate: GateTicket | undefined): void {
+  const end = pool.end.bind(pool);
+  pool.end = (async () => {
+    if (life.ending) return;
+    life.ending = true;
+    poolStats.ended += 1;
+    await end().catch(() => undefined);
+    if (gate) for (const permit of gate.held) giveBack(gate, permit);
+  }) as typeof pool.end;
 }
 
 /**
@@ -134,93 +211,16 @@ class GatedClient extends Client {
  * second argument is shorthand for `{ max }`.
  */
 export function openPool(settings: DbSettings, options: PoolOptions | number = {}): Pool {
-  const {
-    max = 4,
-    statementTimeoutMs = settings.DB_STATEMENT_TIMEOUT_MS,
-    connectTimeoutMs = Math.max(2000, settings.DB_STATEMENT_TIMEOUT_MS),
-    priority = 'background',
-    gateWaitMs = connectTimeoutMs,
-    idleTimeoutMs,
-  } = typeof options === 'number' ? { max: options } : options;
+  const o = resolveOptions(settings, options);
   configureDriver(settings.NEON_WS_PROXY);
-  const gated = settings.DB_ISOLATE_MAX_CONNECTIONS !== undefined;
-  if (gated) isolateGate.configure(settings.DB_ISOLATE_MAX_CONNECTIONS!);
-  // The gate's wait ends before the pool's own connect timer would cut the connection.
-  const gate: GateTicket = {
-    priority,
-    waitMs: Math.max(0, Math.min(gateWaitMs, connectTimeoutMs - GATE_MARGIN_MS)),
-    held: new Set(),
-  };
-  const pool = new Pool({
-    connectionString: settings.DATABASE_URL,
-    max,
-    connectionTimeoutMillis: connectTimeoutMs,
-    ...(idleTimeoutMs === undefined ? {} : { idleTimeoutMillis: idleTimeoutMs }),
-    // Read by GatedClient (the pool hands its options to every client it creates).
-    ...(gated ? { gate } : {}),
-    // No statement_timeout / lock_timeout / options in the startup packet: Neon's pooled
-    // endpoint (PgBouncer, transaction mode) refuses unknown startup parameters, and a server
-    // connection there serves many clients, so nothing may rest on session state. Budgets go
-    // with each statement instead: `query` below, and `begin; set local ...` in withTx.
-  });
-  if (gated) (pool as unknown as { Client: typeof Client }).Client = GatedClient as typeof Client;
+  const gate = gateTicket(settings, o);
+  const pool = newPool(settings, o);
+  if (gate) gateConnections(pool, gate);
   poolStats.opened += 1;
-  let ending = false;
-  // The driver never sends a WebSocket close, so ending a pool in workerd can surface
-  // "Network connection lost." after we are done with it; only earlier errors matter.
-  // Clients whose loss was logged while checked out (below): the pool's own report of the same
-  // loss, once the client is back in it, is not a second incident.
-  const lost = new WeakSet<PoolClient>();
-  pool.on('error', (err: Error, client: PoolClient) => {
-    if (!ending && !lost.has(client)) log.error('db_pool_error', { error: err });
-  });
-  // pg-pool takes its own 'error' listener off a client while the client is checked out, so a
-  // connection lost then (a backend terminated or restarted, a server at its ceiling, a cut
-  // socket) emitted 'error' with no listener: a throw inside the driver's socket handler, an
-  // uncaught exception in workerd that also kept pg from failing the client's next query.
-  // Every client keeps this listener from its connect on. It logs a loss while checked out
-  // once (pg reports one loss twice: the server's message, then "Connection terminated
-  // unexpectedly" at the socket's end; an idle client's loss is the pool's 'error' above), and
-  // the caller still gets the failure from its next query.
-  const checkedOut = new WeakSet<PoolClient>();
-  pool.on('acquire', (client: PoolClient) => checkedOut.add(client));
-  pool.on('release', (_err: Error | undefined, client: PoolClient) => checkedOut.delete(client));
-  pool.on('connect', (client: PoolClient) =>
-    client.on('error', (err: Error) => {
-      if (ending || !checkedOut.has(client) || lost.has(client)) return;
-      lost.add(client);
-      log.warn('db_connection_lost', { error: err });
-    }),
-  );
-  // Every one-shot carries its budget (one-shot.ts). Errors from Postgres leave the connection
-  // usable, so only a transport failure discards it.
-  pool.query = (async (config: string | { text: string; values?: unknown[] }, values?: unknown[]) => {
-    const client = await pool.connect();
-    let broken: Error | undefined;
-    try {
-      return await queryWithBudget(
-        client,
-        { statementMs: statementTimeoutMs, lockMs: statementTimeoutMs },
-        config,
-        values,
-      );
-    } catch (err) {
-      if (!sqlState(err)) broken = err as Error;
-      throw err;
-    } finally {
-      client.release(broken);
-    }
-  }) as typeof pool.query;
-  const end = pool.end.bind(pool);
-  pool.end = (async () => {
-    if (ending) return;
-    ending = true;
-    poolStats.ended += 1;
-    // By design: see the 'error' handler above; a pool that fails to end has nothing left to lose.
-    await end().catch(() => undefined);
-    // A connection whose socket never reported its end still gives its place back here.
-    for (const permit of gate.held) giveBack(gate, permit);
-  }) as typeof pool.end;
+  const life: PoolLife = { ending: false };
+  logConnectionLoss(pool, life);
+  budgetOneShots(pool, o.statementTimeoutMs);
+  endOnce(pool, life, gate);
   return pool;
 }
 
