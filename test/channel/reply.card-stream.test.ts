@@ -1,4 +1,4 @@
-import { runDurableObjectAlarm } from 'cloudflare:test';
+import { abortAllDurableObjects, runDurableObjectAlarm } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import { type Agent, type AgentTurn, setAgentOverride } from '../../workers/agents';
 import { notice } from '../../workers/channel/notices';
@@ -299,6 +299,40 @@ describe('streaming card replies (issue 34)', { timeout: 40_000 }, () => {
     doomed.abort.abort(new Error('the old incarnation ends'));
     await doomed.run;
     expect(textOfCard(await emuCard(cardId))).toBe('second try, complete');
+  });
+
+  it('card.runtime_restart_mid_stream: the runtime restarts every object mid-stream; the restarted host takes the turn over at once and finishes the one card', async () => {
+    setAgentOverride(
+      scriptedAgent((t) =>
+        t.generation === 1
+          ? [{ show: 'before the restart' }, { hang: true }]
+          : [{ show: 'after the restart' }, { done: 'after the restart, complete' }],
+      ),
+    );
+    const { chat, anchor } = await startedTurn('restart mid stream');
+    await advanceDbClock(pool, PAST_DEBOUNCE_MS);
+    // The debounce timer fires and the host runs the reply, which waits in the agent: not awaited.
+    const first = runDurableObjectAlarm(host(chat))
+      .then(() => pump(chat))
+      .catch((err: unknown) => err);
+    const [card] = await until(
+      'the card streaming',
+      () => cardsFor(anchor),
+      (cs) => cs.some((c) => c.sent !== null && textOfCard(c) === 'before the restart'),
+    );
+    await abortAllDurableObjects();
+    await first;
+    // The restarted host's first pump supersedes the old incarnation's process: the reply is
+    // idempotent by key, so it is recovered at once (no staleness wait) and run again.
+    const turn = await untilSettled(pool, chat, 1, 1000);
+    expect(turn).toMatchObject({ outcome: 'delivered', generation: 2 });
+    const finished = await onlyCard(anchor);
+    expect(finished.card_id).toBe(card!.card_id);
+    expect(finished.finished).toBe(true);
+    expect(textOfCard(finished)).toBe('after the restart, complete');
+    expectIncreasing(finished);
+    expect(await repliesTo(anchor)).toHaveLength(1);
+    await untilWithdrawn(chat, [anchor]);
   });
 
   it('card.crash_before_finish: a sent card whose finish never landed is finished by the replacement with its own answer', async () => {
