@@ -20,7 +20,7 @@ export type RecoveryOutcome =
   /** The binding was pruned between staging the check and running it. */
   | { outcome: 'expired' };
 
-interface LockedEffect {
+export interface LockedEffect {
   id: string;
   kind: string;
   status: string;
@@ -125,16 +125,108 @@ export interface DecideResult {
   checkOutcomes: Map<string, RecoveryOutcome>;
 }
 
+/** What the locks returned about one effect's owner, at decision time. */
+export interface OwnerSeen {
+  /** The owner's locked heartbeat; undefined when the owner process is gone. */
+  heartbeatMs: number | undefined;
+  /** The owner was marked as its host's previous incarnation (supersedeProcess). */
+  superseded: boolean;
+}
+
+/** One effect's decision: its outcome, and what it writes (a transition, a runtime message). */
+export interface EffectDecision {
+  out: RecoveryOutcome;
+  transition?: Transition;
+  message?: { key: string; payload: unknown };
+}
+
+/**
+ * The decision for one effect, pure: from what the locks returned (the effect, its binding,
+ * its owner) and database time read after the last lock. A processing effect's owner is
+ * stale when it is gone, when its heartbeat is older than greatest(runtime floor, the
+ * binding's timeout) (a heartbeat exactly at that cutoff is not stale: `<`), or when it is
+ * superseded and the kind may be taken over at once (idempotent by key). A stale effect with a
+ * recovery operation is retired; one without goes back to pending, or dead after its last
+ * attempt.
+ */
+export function decideEffect(
+  e: LockedEffect | undefined,
+  b: RecoveryBindingRow | undefined,
+  owner: OwnerSeen,
+  nowMs: number,
+  config: { staleAfterMs: number; takeover: ReadonlySet<string> },
+): EffectDecision {
+  if (b?.retired_at_ms) return { out: { outcome: 'already_retired', retiredAtMs: Number(b.retired_at_ms) } };
+  if (!e) return { out: { outcome: 'missing' } };
+  if (e.status === 'completed') return { out: { outcome: 'completed', result: e.result } };
+  if (e.status === 'dead') return { out: { outcome: 'dead', error: e.last_error } };
+  if (e.status === 'pending') return { out: { outcome: 'pending' } };
+  const effective = Math.max(config.staleAfterMs, Number(b?.timeout_ms ?? 0));
+  // A superseded owner (the host's previous incarnation) may still be running, so it loses
+  // at once only claims that may run twice by design (idempotent by key).
+  const stale =
+    owner.heartbeatMs === undefined ||
+    owner.heartbeatMs < nowMs - effective ||
+    (owner.superseded && config.takeover.has(e.kind));
+  if (!stale) return { out: { outcome: 'deferred', ownerId: e.locked_by! } };
+  if (b?.recovery_operation)
+    return {
+      out: { outcome: 'retired', retiredAtMs: nowMs },
+      transition: 'retired',
+      message: {
+        key: recoveryKey(e.id),
+        payload: {
+          effectId: e.id,
+          kind: e.kind,
+          operation: b.recovery_operation,
+          retiredAtMs: nowMs,
+          attempts: e.attempts,
+        },
+      },
+    };
+  if (e.attempts >= e.max_attempts)
+    return {
+      out: { outcome: 'dead', error: STALE_LAST_ATTEMPT },
+      transition: 'dead',
+      message: { key: failedKey(e.id), payload: { effectId: e.id, error: STALE_LAST_ATTEMPT } },
+    };
+  return { out: { outcome: 'pending' }, transition: 'pending' };
+}
+
+/**
+ * One response per check, after the recovery messages, pure. The first check of a retired
+ * effect is the winner; later checks of the same effect see the shared retirement; a check
+ * whose binding is gone answers `expired`.
+ */
+export function answerChecks(
+  checks: { requestId: string; effectId: string }[],
+  bound: ReadonlySet<string>,
+  outcomes: ReadonlyMap<string, RecoveryOutcome>,
+): { checkOutcomes: Map<string, RecoveryOutcome>; messages: { key: string; payload: unknown }[] } {
+  const checkOutcomes = new Map<string, RecoveryOutcome>();
+  const messages: { key: string; payload: unknown }[] = [];
+  const answered = new Set<string>();
+  for (const c of [...checks].sort((a, b) => Number(a.requestId) - Number(b.requestId))) {
+    let out: RecoveryOutcome = bound.has(c.effectId)
+      ? (outcomes.get(c.effectId) ?? { outcome: 'missing' })
+      : { outcome: 'expired' };
+    if (out.outcome === 'retired' && answered.has(c.effectId))
+      out = { outcome: 'already_retired', retiredAtMs: out.retiredAtMs };
+    answered.add(c.effectId);
+    checkOutcomes.set(c.requestId, out);
+    messages.push({
+      key: checkKey(c.effectId, c.requestId),
+      payload: { effectId: c.effectId, requestId: c.requestId, ...out },
+    });
+  }
+  return { checkOutcomes, messages };
+}
+
 /**
  * The decision for a set of effects of one origin instance, inside the caller's
- * transaction. A stale owner is one that is missing or whose locked heartbeat is older
- * than greatest(runtime threshold, the binding's timeout), or, for a kind in
- * `takeoverKinds`, one superseded by its host's next incarnation. Opted-in stale effects are
- * retired (binding stamped, claim cleared, stored as completed, `effect:<id>:recovery`
- * enqueued); others get ordinary scheduler behaviour (back to pending, or dead after the
- * last attempt). Check responses are enqueued after the recovery messages. All writes are
- * one statement (`WRITE_SQL`) whatever the batch size; any failure throws and the caller's
- * rollback undoes the whole decision.
+ * transaction: every lock in the one order (`lockAll`), each effect decided (`decideEffect`),
+ * the checks answered (`answerChecks`), and all writes in one statement (`WRITE_SQL`) whatever
+ * the batch size; any failure throws and the caller's rollback undoes the whole decision.
  */
 export async function decideRecovery(
   tx: Queryable,
@@ -144,76 +236,37 @@ export async function decideRecovery(
   config: Pick<EffectRuntimeConfig, 'staleAfterMs' | 'takeoverKinds'>,
 ): Promise<DecideResult> {
   const sorted = [...new Set(effectIds)].sort();
-  const result: DecideResult = { outcomes: new Map(), retired: [], checkOutcomes: new Map() };
   const locked = await lockAll(tx, instanceId, sorted);
   if (!locked) {
-    for (const id of sorted) result.outcomes.set(id, { outcome: 'missing' });
-    return result;
+    const outcomes = new Map<string, RecoveryOutcome>(sorted.map((id) => [id, { outcome: 'missing' }]));
+    return { outcomes, retired: [], checkOutcomes: new Map() };
   }
   const { effects, bindings, heartbeats, superseded, now } = locked;
-  const takeover = new Set(config.takeoverKinds ?? []);
+  const rule = { staleAfterMs: config.staleAfterMs, takeover: new Set(config.takeoverKinds ?? []) };
+  const outcomes = new Map<string, RecoveryOutcome>();
+  const retired: string[] = [];
   const transitions: { id: string; next: Transition }[] = [];
   const messages: { key: string; payload: unknown }[] = [];
   for (const id of sorted) {
     const e = effects.get(id);
-    const b = bindings.get(id);
-    let out: RecoveryOutcome;
-    if (b?.retired_at_ms) out = { outcome: 'already_retired', retiredAtMs: Number(b.retired_at_ms) };
-    else if (!e) out = { outcome: 'missing' };
-    else if (e.status === 'completed') out = { outcome: 'completed', result: e.result };
-    else if (e.status === 'dead') out = { outcome: 'dead', error: e.last_error };
-    else if (e.status === 'pending') out = { outcome: 'pending' };
-    else {
-      const heartbeat = e.locked_by ? heartbeats.get(e.locked_by) : undefined;
-      const effective = Math.max(config.staleAfterMs, Number(b?.timeout_ms ?? 0));
-      // A superseded owner (the host's previous incarnation) may still be running, so it
-      // loses at once only claims that may run twice by design (idempotent by key).
-      const stale =
-        heartbeat === undefined ||
-        heartbeat < now - effective ||
-        (superseded.has(e.locked_by!) && takeover.has(e.kind));
-      if (!stale) out = { outcome: 'deferred', ownerId: e.locked_by! };
-      else if (b?.recovery_operation) {
-        transitions.push({ id, next: 'retired' });
-        messages.push({
-          key: recoveryKey(id),
-          payload: {
-            effectId: id,
-            kind: e.kind,
-            operation: b.recovery_operation,
-            retiredAtMs: now,
-            attempts: e.attempts,
-          },
-        });
-        result.retired.push(id);
-        out = { outcome: 'retired', retiredAtMs: now };
-      } else if (e.attempts >= e.max_attempts) {
-        transitions.push({ id, next: 'dead' });
-        messages.push({ key: failedKey(id), payload: { effectId: id, error: STALE_LAST_ATTEMPT } });
-        out = { outcome: 'dead', error: STALE_LAST_ATTEMPT };
-      } else {
-        transitions.push({ id, next: 'pending' });
-        out = { outcome: 'pending' };
-      }
-    }
-    result.outcomes.set(id, out);
+    const owner = e?.locked_by ?? null;
+    const d = decideEffect(
+      e,
+      bindings.get(id),
+      {
+        heartbeatMs: owner ? heartbeats.get(owner) : undefined,
+        superseded: owner !== null && superseded.has(owner),
+      },
+      now,
+      rule,
+    );
+    outcomes.set(id, d.out);
+    if (d.transition) transitions.push({ id, next: d.transition });
+    if (d.message) messages.push(d.message);
+    if (d.transition === 'retired') retired.push(id);
   }
-  // One response per check, after the recovery messages. The first check of a retired
-  // effect is the winner; later checks of the same effect see the shared retirement.
-  const answered = new Set<string>();
-  for (const c of [...checks].sort((a, b) => Number(a.requestId) - Number(b.requestId))) {
-    let out: RecoveryOutcome = bindings.has(c.effectId)
-      ? (result.outcomes.get(c.effectId) ?? { outcome: 'missing' })
-      : { outcome: 'expired' };
-    if (out.outcome === 'retired' && answered.has(c.effectId))
-      out = { outcome: 'already_retired', retiredAtMs: out.retiredAtMs };
-    answered.add(c.effectId);
-    result.checkOutcomes.set(c.requestId, out);
-    messages.push({
-      key: checkKey(c.effectId, c.requestId),
-      payload: { effectId: c.effectId, requestId: c.requestId, ...out },
-    });
-  }
+  const answers = answerChecks(checks, new Set(bindings.keys()), outcomes);
+  messages.push(...answers.messages);
   if (transitions.length > 0 || messages.length > 0)
     await tx.query(WRITE_SQL, [
       instanceId,
@@ -223,5 +276,5 @@ export async function decideRecovery(
       STALE_LAST_ATTEMPT,
       ...runtimeMessagesParams(messages),
     ]);
-  return result;
+  return { outcomes, retired, checkOutcomes: answers.checkOutcomes };
 }
