@@ -12,7 +12,7 @@ import { ageHeartbeat } from '../effects/helpers';
 import { runCron } from '../helpers/cron';
 import { advanceDbClock } from '../helpers/db';
 import type { CardView } from '../helpers/lark-cards';
-import { admin, emu, emuCard, emuCards } from '../lark/helpers';
+import { admin, emu, emuCard, emuCards, untilHeld } from '../lark/helpers';
 import {
   type Chat,
   engineSuite,
@@ -334,6 +334,45 @@ describe('streaming card replies (issue 34)', { timeout: 40_000 }, () => {
     expect(await repliesTo(anchor)).toHaveLength(1);
     await untilWithdrawn(chat, [anchor]);
   });
+
+  it.each([
+    { point: 'before the card exists', route: 'cardkit.create' },
+    { point: 'after the card was created, before it was sent', route: 'reply' },
+    { point: 'after it was sent, before the finish', route: 'cardkit.update' },
+  ])(
+    'card.runtime_restart_at_each_point: the runtime restarts $point; one card sent, finished, one reply',
+    async ({ route }) => {
+      setAgentOverride(
+        scriptedAgent((t) =>
+          t.generation === 1
+            ? [{ show: 'gen 1', visible: false }, { done: 'answer of gen 1' }]
+            : [{ show: 'gen 2' }, { done: 'answer of gen 2' }],
+        ),
+      );
+      const { chat, anchor } = await startedTurn(`restart at ${route}`);
+      await emu('faults', { route, kind: 'hold' });
+      await advanceDbClock(pool, PAST_DEBOUNCE_MS);
+      const first = runDurableObjectAlarm(host(chat))
+        .then(() => pump(chat))
+        .catch((err: unknown) => err);
+      // The call is at Lark, unanswered, when every object restarts; it is then dropped unanswered.
+      await untilHeld(route);
+      await abortAllDurableObjects();
+      await first;
+      await emu('faults', undefined, 'DELETE');
+      const turn = await untilSettled(pool, chat, 1, 1000);
+      expect(turn).toMatchObject({ outcome: 'delivered', generation: 2 });
+      const card = await onlyCard(anchor);
+      expect(card.finished).toBe(true);
+      expect(textOfCard(card)).toBe('answer of gen 2');
+      expectIncreasing(card);
+      expect(card.sent).toMatchObject({ reply_to: anchor, uuid: turn.delivery_key });
+      expect(await repliesTo(anchor)).toHaveLength(1);
+      // No second card was sent, refused or not: the reply carrying it went once.
+      expect(card.refused.filter((r) => r.route === 'reply')).toEqual([]);
+      await untilWithdrawn(chat, [anchor]);
+    },
+  );
 
   it('card.crash_before_finish: a sent card whose finish never landed is finished by the replacement with its own answer', async () => {
     setAgentOverride(
