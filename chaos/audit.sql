@@ -113,3 +113,19 @@ end $$;
 
 create trigger chaos_audit_inputs after insert or update on lark_inbound_messages
   for each row execute function chaos.audit_input();
+
+-- Copies of every streamed reply's card record (channel_reply_cards) as last written: the rows
+-- go with their turn (a cascade from the turns' housekeeping), the card checks still need them
+-- to tie a card at the emulator to its turn and to the sequences reserved on it.
+create table chaos.reply_cards (like channel_reply_cards);
+alter table chaos.reply_cards add primary key (session_id, turn_no);
+
+create function chaos.audit_reply_card() returns trigger language plpgsql as $$
+begin
+  delete from chaos.reply_cards where session_id = new.session_id and turn_no = new.turn_no;
+  insert into chaos.reply_cards select new.*;
+  return new;
+end $$;
+
+create trigger chaos_audit_reply_cards after insert or update on channel_reply_cards
+  for each row execute function chaos.audit_reply_card();

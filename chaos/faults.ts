@@ -1,6 +1,16 @@
 import type { RouteName } from '../emulator/faults';
-import { DB_MARKERS, type Step } from './schedule';
+import { DB_MARKERS, type RESTART_POINTS, type Step } from './schedule';
 import type { World } from './world';
+
+/** The Lark call a restart point holds: the runtime is disposed while it is in flight. */
+const RESTART_ROUTES: Record<Exclude<(typeof RESTART_POINTS)[number], 'now'>, RouteName> = {
+  typing_add: 'reactions.create',
+  reply: 'reply',
+  card_create: 'cardkit.create',
+  card_push: 'cardkit.content',
+  // The generation's finish replaces the card whole (cardkit.update).
+  card_finish: 'cardkit.update',
+};
 
 /**
  * The fault steps of a schedule. Each counts under its kind for the report. A restart at a
@@ -46,7 +56,7 @@ export class FaultRunner {
       case 'restart':
         w.count(step.at === 'now' ? 'runtime restart' : `runtime restart at ${step.at}`);
         if (step.at === 'now') await w.restart();
-        else this.restartAt(step.at === 'typing_add' ? 'reactions.create' : 'reply');
+        else this.restartAt(RESTART_ROUTES[step.at]);
         return true;
       case 'do_storage_lost':
         w.count('durable object storage lost');

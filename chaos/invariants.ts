@@ -1,3 +1,4 @@
+import { CARD_INVARIANTS } from './card-invariants';
 import type { Model } from './workload';
 import type { World } from './world';
 
@@ -437,6 +438,9 @@ const RETENTION_RULES: { table: string; rule: string; overdue: string }[] = [
     overdue: `at < app_now() - interval '90 days' - ${SLACK}`,
   },
 ];
+
+/** The streamed replies' checks (chaos/card-invariants.ts) run with the others. */
+Object.assign(INVARIANTS, CARD_INVARIANTS);
 
 export async function checkAll(world: World, model: Model): Promise<CheckResult[]> {
   const out: CheckResult[] = [];

@@ -52,7 +52,14 @@ async function summary(world: World): Promise<string> {
     if (m.parent_id && m.sender.sender_type === 'app') replies++;
   for (const list of world.lark.state.reactions.values())
     typing += list.filter((x) => x.reaction_type.emoji_type === 'Typing').length;
-  return `turns: ${r.turns}; ledger: ${r.ledger}; receipts: ${r.receipts}; replies at Lark: ${replies}; Typing badges at Lark: ${typing}`;
+  let sent = 0;
+  let streaming = 0;
+  for (const c of world.lark.state.cards.cards.values())
+    if (c.sent) {
+      sent++;
+      if (c.finished_at === undefined) streaming++;
+    }
+  return `turns: ${r.turns}; ledger: ${r.ledger}; receipts: ${r.receipts}; replies at Lark: ${replies} (${sent} cards, ${streaming} streaming); Typing badges at Lark: ${typing}`;
 }
 
 /** Polls until nothing is due (effects, mailbox, actor timers, open turns) or `maxMs` passes. */

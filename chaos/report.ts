@@ -9,6 +9,7 @@ export class RunStats {
   answers = 0;
   harnessErrors = 0;
   checks = 0;
+  readonly replies = { delivered: 0, asCard: 0, cardsCreated: 0, cardsSent: 0 };
   readonly faults = new Map<string, number>();
   readonly violations = new Map<string, number>();
   readonly exempt = new Map<string, number>();
@@ -19,6 +20,8 @@ export class RunStats {
     this.schedules++;
     this.steps += r.steps;
     this.answers += r.answers;
+    for (const k of Object.keys(this.replies) as (keyof typeof this.replies)[])
+      this.replies[k] += r.replies[k];
     this.durations.push(r.durationMs);
     this.loads.push(loadavg()[0]!);
     if (r.harnessError) this.harnessErrors++;
@@ -42,6 +45,7 @@ export function formatReport(s: RunStats, totalMs: number): string {
     '|---|---|',
     `| schedules | ${s.schedules} (${s.steps} steps, ${s.answers} service answers) |`,
     `| harness errors | ${s.harnessErrors} |`,
+    `| replies | ${s.replies.delivered} turns delivered, ${s.replies.asCard} of them as a streamed card; ${s.replies.cardsCreated} cards created, ${s.replies.cardsSent} sent |`,
     `| invariant checks | ${s.checks} (${Object.keys(INVARIANTS).length} invariants per schedule) |`,
     `| violations | ${s.violations.size === 0 ? '0' : [...s.violations].map(([k, n]) => `${k}: ${n}`).join(', ')} |`,
     `| exempt (by design) | ${s.exempt.size === 0 ? '0' : [...s.exempt].map(([k, n]) => `${k}: ${n}`).join(', ')} |`,

@@ -12,9 +12,24 @@ export const LARK_ROUTES = [
   'reactions.delete',
   'reactions.list',
   'reply',
+  'cardkit.create',
+  'cardkit.content',
+  'cardkit.settings',
+  'cardkit.update',
+  'cardkit.batch_update',
+] as const;
+/** The CardKit routes a streamed reply calls: create, the pushes, the finish, the settlement's finish. */
+export const CARD_ROUTES = [
+  'cardkit.create',
+  'cardkit.content',
+  'cardkit.update',
+  'cardkit.settings',
 ] as const;
 export const LARK_FAULTS = ['5xx', '429', 'expired_token', 'lost_response', 'latency', 'timeout'] as const;
-/** Statements a database cut can be armed on: the webhook's, the flush's, the ledger's, the cleanup's. */
+/**
+ * Statements a database cut can be armed on: the webhook's, the flush's, the ledger's, the
+ * cleanup's, a streamed reply's card record (its insert, sequence reservations, sent, finished).
+ */
 export const DB_MARKERS = {
   webhook: 'insert into lark_event_receipts',
   turn: 'channel_turns',
@@ -22,14 +37,27 @@ export const DB_MARKERS = {
   effects: 'update effects',
   reaction: 'private.message_reactions',
   cleanup: 'delete from private.chat_',
+  card: 'channel_reply_cards',
 } as const;
 export const LOCK_TABLES = [
   'channel_typing_reaction',
   'effects',
   'actor_instances',
   'private.messages',
+  'channel_reply_cards',
 ] as const;
-export const RESTART_POINTS = ['now', 'typing_add', 'reply'] as const;
+/**
+ * Where a restart lands: between steps, or with a Lark call in flight (the Typing Add, the
+ * reply post, which also sends a card; a card's create, a push to its element, its finish).
+ */
+export const RESTART_POINTS = [
+  'now',
+  'typing_add',
+  'reply',
+  'card_create',
+  'card_push',
+  'card_finish',
+] as const;
 
 export type Step =
   // Lark workload
@@ -46,6 +74,7 @@ export type Step =
   | { op: 'foreign_reaction'; ref: number; byApp: boolean }
   | { op: 'rotate'; inst: number }
   | { op: 'delete_installation'; inst: number }
+  | { op: 'reply_mode'; inst: number; mode: 'text' | 'card_stream' }
   // mobile workload
   | { op: 'mobile_write'; actor: number; msg: number; emoji: number; desired: boolean; skipPut: boolean }
   | { op: 'mobile_replay'; ref: number }
@@ -65,7 +94,7 @@ export type Step =
   // faults
   | {
       op: 'lark_fault';
-      route: (typeof LARK_ROUTES)[number] | '*';
+      route: (typeof LARK_ROUTES)[number] | 'cardkit.*' | '*';
       kind: (typeof LARK_FAULTS)[number];
       times: number;
     }
@@ -137,12 +166,17 @@ const workload: fc.Arbitrary<Step>[] = [
   fc.constant({ op: 'crons_overlap' as const }),
   fc.constant({ op: 'maintenance' as const }),
   fc.record({ op: fc.constant('settle' as const), ms: fc.integer({ min: 50, max: 1500 }) }),
+  fc.record({
+    op: fc.constant('reply_mode' as const),
+    inst,
+    mode: fc.constantFrom('text' as const, 'card_stream' as const),
+  }),
 ];
 
 const faults: fc.Arbitrary<Step>[] = [
   fc.record({
     op: fc.constant('lark_fault' as const),
-    route: fc.constantFrom(...LARK_ROUTES, '*' as const),
+    route: fc.constantFrom(...LARK_ROUTES, 'cardkit.*' as const, '*' as const),
     kind: fc.constantFrom(...LARK_FAULTS),
     times: fc.integer({ min: 1, max: 4 }),
   }),
@@ -211,6 +245,45 @@ const larkEpisode = fc
   .tuple(maybe(flowFault), workload[0]!, maybe(flowFault), maybe(settle))
   .map((xs) => xs.filter((x): x is Step => x !== undefined));
 
+/**
+ * A streamed reply's flow (issue 34): an installation switched to `card_stream`, a message, and
+ * faults at the card's named points: CardKit refusing, limiting, losing answers or holding the
+ * create, a push or the finish, the runtime restarted with one of them (or the card's send) in
+ * flight, the connection cut on the turn's statement.
+ */
+const cardFault: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({
+    op: fc.constant('lark_fault' as const),
+    route: fc.constantFrom(...CARD_ROUTES, 'cardkit.*' as const, 'reply' as const),
+    kind: fc.constantFrom(...LARK_FAULTS),
+    times: fc.integer({ min: 1, max: 3 }),
+  }),
+  fc.record({
+    op: fc.constant('restart' as const),
+    at: fc.constantFrom(
+      'card_create' as const,
+      'card_push' as const,
+      'card_finish' as const,
+      'reply' as const,
+    ),
+  }),
+  fc.record({
+    op: fc.constant('db_cut_at' as const),
+    marker: fc.constantFrom('turn' as const, 'effects' as const, 'card' as const),
+    phase: fc.constantFrom('request' as const, 'reply' as const),
+  }),
+);
+
+const streamEpisode = fc
+  .tuple(
+    fc.record({ op: fc.constant('reply_mode' as const), inst, mode: fc.constant('card_stream' as const) }),
+    maybe(cardFault),
+    workload[0]!,
+    maybe(cardFault),
+    maybe(settle),
+  )
+  .map((xs) => xs.filter((x): x is Step => x !== undefined));
+
 const mobileEpisode = fc
   .tuple(
     workload[6]!,
@@ -271,6 +344,7 @@ const retentionStopEpisode = fc
 
 const episode: fc.Arbitrary<Step[]> = fc.oneof(
   { arbitrary: larkEpisode, weight: 3 },
+  { arbitrary: streamEpisode, weight: 3 },
   { arbitrary: mobileEpisode, weight: 2 },
   { arbitrary: retentionEpisode, weight: 1 },
   { arbitrary: retentionStopEpisode, weight: 1 },

@@ -29,6 +29,8 @@ export interface Installation {
    */
   pendingSecret?: string;
   deleted: boolean;
+  /** Reply modes an operator switched the installation to (sent, answered or not). */
+  replyModes: ('text' | 'card_stream')[];
 }
 
 export interface SentEvent {
@@ -126,6 +128,7 @@ export async function setup(world: World, model: Model): Promise<void> {
       workspaceId: `ws_chaos${i}`,
       rotated: false,
       deleted: false,
+      replyModes: [],
     });
   }
   const client = await world.db.connect();
@@ -270,6 +273,19 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
       // An unanswered delete may have happened: treat it as deleted (the exemptions are wider).
       if (res === null || res.status === 200) inst.deleted = true;
       return true;
+    }
+    case 'reply_mode': {
+      // Streamed card replies (issue 34): the turns that start after the switch answer in a card.
+      const inst = model.installations[step.inst]!;
+      if (inst.deleted) return false;
+      inst.replyModes.push(step.mode);
+      const res = await world.admin(
+        `reply mode ${step.mode} installation ${step.inst}`,
+        'PATCH',
+        `/admin/lark/installations/${inst.id}/settings`,
+        { operator: 'chaos', settings: { reply_mode: step.mode } },
+      );
+      return res !== null;
     }
     case 'mobile_write':
       await mobileWrite(

@@ -3,6 +3,7 @@ import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
 import { type LarkEmulator, startLarkEmulator } from '../emulator/server';
+import { AGENT_SECRET, type ChaosAgent, startChaosAgent } from './agent';
 import { type DbFaults, startDbFaults } from './db-faults';
 import { type Runtime, startRuntime } from './runtime';
 import type { ChaosStack } from './stack';
@@ -48,6 +49,8 @@ export class World {
   replica: Runtime | null = null;
   db!: pg.Pool;
   lark!: LarkEmulator;
+  /** The streaming agent every runtime of the schedule asks (chaos/agent.ts). */
+  agent!: ChaosAgent;
   dbFaults!: DbFaults;
   databaseUrl!: string;
   /** Restarts and cuts so far: a request that saw this change was under a fault. */
@@ -74,6 +77,7 @@ export class World {
     // A pooled side connection cut by a fault is replaced; its error is not the schedule's.
     this.db.on('error', () => undefined);
     this.lark = await startLarkEmulator({ rateLimits: false });
+    this.agent = await startChaosAgent();
     this.dbFaults = await startDbFaults(this.databaseUrl);
     this.persistDir = join(this.stack.tempDir, `${this.name}-do`);
     this.primary = await this.boot(this.persistDir);
@@ -88,6 +92,8 @@ export class World {
         ...SECRETS,
         ...database,
         LARK_API_BASE: this.lark.url,
+        AGENT_URL: this.agent.url,
+        AGENT_SIGNING_SECRET: AGENT_SECRET,
         LOG_LEVEL: 'warn',
         // Short enough that a schedule's bursts coalesce and turns run within its steps.
         CHANNEL_DEBOUNCE_MS: '300',
@@ -207,6 +213,7 @@ export class World {
     await this.primary?.dispose().catch(() => undefined);
     await this.dbFaults?.close().catch(() => undefined);
     await this.lark?.close().catch(() => undefined);
+    await this.agent?.close().catch(() => undefined);
     await this.db?.end().catch(() => undefined);
     await this.stack.dropDatabase(this.name).catch(() => undefined);
     for (const dir of this.dirs) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
