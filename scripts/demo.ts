@@ -2,9 +2,11 @@
 // emulator sends signed, encrypted im.message.receive_v1 events to the webhook (three by
 // default, back to back, so they coalesce into one turn), and the demo prints, by polling
 // the emulator's inspection API: the `Typing` badge appearing on each message, the bot's
-// reply, and every badge gone. It finds the stack (service, emulator) through
+// reply, and every badge gone; then the same as a streamed card reply (scripts/lib/demo-stream.ts).
+// It finds the stack (service, emulator) through
 // .local/dev-stack.json and the admin token in .local/dev-secrets.json.
 import { setupLarkDemo } from './lib/demo-setup';
+import { streamedReplyDemo } from './lib/demo-stream';
 import { type DevStack, devSecrets, findDevStack } from './lib/dev-stack';
 
 const stamp = new Date().toISOString().slice(11, 19);
@@ -114,7 +116,7 @@ for (;;) {
     console.log(
       `[demo] ${at()} every badge gone${never.length ? ` (${never.length} never seen: too fast for the ${POLL_MS} ms poll, or skipped)` : ''}`,
     );
-    process.exit(0);
+    process.exit(await streamedReply());
   }
   if (Date.now() - started > WAIT_MS) {
     console.error(
@@ -123,4 +125,14 @@ for (;;) {
     process.exit(1);
   }
   await new Promise((r) => setTimeout(r, POLL_MS));
+}
+
+/** The second part: the same installation answering with a streamed card (scripts/lib/demo-stream.ts). */
+function streamedReply(): Promise<number> {
+  return streamedReplyDemo({ serviceUrl, adminToken: devSecrets().ADMIN_TOKEN, demo, started }).catch(
+    (err: Error) => {
+      console.error(`[demo] streamed reply: ${err.message}`);
+      return 1;
+    },
+  );
 }
