@@ -5,8 +5,9 @@
 // webhook's answer, the `Typing` badge added to each message, the bot's reply, and each badge
 // withdrawn. It polls the emulator's inspection API (its call log and the replies), finds the
 // stack (service, emulator) through .local/dev-stack.json and the admin token in
-// .local/dev-secrets.json.
+// .local/dev-secrets.json. Then the same as a streamed card reply (scripts/lib/demo-stream.ts).
 import { setupLarkDemo } from './lib/demo-setup';
+import { streamedReplyDemo } from './lib/demo-stream';
 import { demoTimeline, doneLine, type EmulatorCall, type SentMessage, sinceStart } from './lib/demo-timeline';
 import { type DevStack, devSecrets, findDevStack } from './lib/dev-stack';
 
@@ -117,7 +118,7 @@ for (;;) {
   const done = doneLine(timeline);
   if (done) {
     console.log(`[demo] ${done}`);
-    process.exit(0);
+    process.exit(await streamedReply());
   }
   const elapsed = (await emu<{ now: number }>('clock')).now - started;
   if (elapsed > WAIT_MS) {
@@ -127,4 +128,14 @@ for (;;) {
     process.exit(1);
   }
   await new Promise((r) => setTimeout(r, POLL_MS));
+}
+
+/** The second part: the same installation answering with a streamed card (scripts/lib/demo-stream.ts). */
+function streamedReply(): Promise<number> {
+  return streamedReplyDemo({ serviceUrl, adminToken: devSecrets().ADMIN_TOKEN, demo, started }).catch(
+    (err: Error) => {
+      console.error(`[demo] streamed reply: ${err.message}`);
+      return 1;
+    },
+  );
 }

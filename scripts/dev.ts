@@ -164,6 +164,9 @@ try {
       ...secrets,
       ...database,
       LARK_API_BASE: larkBase!,
+      // The echo agent types its answer out to a card reply (npm run demo's streamed reply);
+      // a text reply still gets it at once.
+      ECHO_AGENT_WORD_MS: process.env.ECHO_AGENT_WORD_MS ?? '120',
     },
   });
 

@@ -42,7 +42,9 @@ export async function releaseTree(ref?: string): Promise<ReleaseTree> {
   });
   const root = await mkdtemp(join(tmpdir(), 'reaction-ledger-release-'));
   await new Promise<void>((resolve, reject) => {
-    const archive = spawn('git', ['-C', ROOT, 'archive', '--format=tar', wanted], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const archive = spawn('git', ['-C', ROOT, 'archive', '--format=tar', wanted], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const tar = spawn('tar', ['-x', '-C', root], { stdio: ['pipe', 'inherit', 'inherit'] });
     archive.stdout.pipe(tar.stdin);
     let failed = false;

@@ -1,6 +1,6 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
-import { AGENT_BINDING_URL, agentFor, echoAgent, httpAgent } from '../../workers/agents';
+import { describe, expect, it, vi } from 'vitest';
+import { AGENT_BINDING_URL, agentFor, echoAgent, httpAgent, typingEchoAgent } from '../../workers/agents';
 import { type Env, loadConfig } from '../../workers/env';
 
 const SECRET = 'agent-signing-secret-0123456789abcdef';
@@ -158,5 +158,46 @@ describe('agents', () => {
     expect(await echoAgent.reply(turn, new AbortController().signal)).toEqual({
       text: 'echo (2): hi | there',
     });
+  });
+
+  it('agent.echo_types_out: with ECHO_AGENT_WORD_MS the echo agent streams its answer word by word to a watcher, answers a text reply at once, and stops on abort', async () => {
+    expect(agentFor({ AGENT_TIMEOUT_MS: 1000, ECHO_AGENT_WORD_MS: 100 }).name).toBe('echo');
+    expect(agentFor({ AGENT_TIMEOUT_MS: 1000, ECHO_AGENT_WORD_MS: 100 })).not.toBe(echoAgent);
+    const agent = typingEchoAgent(100);
+    // A text reply has no watcher: the same answer as the plain echo agent, without waiting.
+    expect(await agent.reply(turn, new AbortController().signal)).toEqual({ text: 'echo (2): hi | there' });
+    vi.useFakeTimers();
+    try {
+      const seen: string[] = [];
+      const answer = agent.reply(turn, new AbortController().signal, (t) => seen.push(t));
+      // The first word at once, then one more each 100 ms: the text so far, never a delta.
+      expect(seen).toEqual(['echo ']);
+      await vi.advanceTimersByTimeAsync(99);
+      expect(seen).toEqual(['echo ']);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(seen).toEqual(['echo ', 'echo (2): ']);
+      await vi.advanceTimersByTimeAsync(300);
+      expect(await answer).toEqual({ text: 'echo (2): hi | there' });
+      expect(seen).toEqual([
+        'echo ',
+        'echo (2): ',
+        'echo (2): hi ',
+        'echo (2): hi | ',
+        'echo (2): hi | there',
+      ]);
+      // Aborted mid-answer (the agent's timeout): it rejects with the reason and reports no more.
+      const abort = new AbortController();
+      const stopped: string[] = [];
+      const cut = agent.reply(turn, abort.signal, (t) => stopped.push(t));
+      const outcome = cut.catch((e: unknown) => e);
+      await vi.advanceTimersByTimeAsync(100);
+      abort.abort(new Error('agent timeout'));
+      await vi.advanceTimersByTimeAsync(1000);
+      const settled = await Promise.race([outcome, Promise.resolve('still running')]);
+      expect((settled as Error).message).toBe('agent timeout');
+      expect(stopped).toEqual(['echo ', 'echo (2): ']);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -1,12 +1,53 @@
-import type { Agent } from './types';
+import type { Agent, AgentTurn } from './types';
+
+function echoText(turn: AgentTurn): string {
+  const texts = turn.inputs.map((i) => i.text);
+  return texts.length === 1 ? `echo: ${texts[0]}` : `echo (${texts.length}): ${texts.join(' | ')}`;
+}
 
 /** The built-in agent: echoes the turn's inputs, so the engine works with no agent service. */
 export const echoAgent: Agent = {
   name: 'echo',
   async reply(turn) {
-    const texts = turn.inputs.map((i) => i.text);
-    return {
-      text: texts.length === 1 ? `echo: ${texts[0]}` : `echo (${texts.length}): ${texts.join(' | ')}`,
-    };
+    return { text: echoText(turn) };
   },
 };
+
+/**
+ * The echo agent typing its answer out (`ECHO_AGENT_WORD_MS`, set by `npm run dev` so a
+ * `card_stream` installation shows a streamed reply without an agent service): when someone
+ * watches the stream (`onText`, a card reply) it reports the text so far one word at a time,
+ * `wordMs` apart, as a streaming model would; a text reply (no `onText`) waits for nothing and
+ * gets the same answer at once. It stops when `signal` aborts.
+ */
+export function typingEchoAgent(wordMs: number): Agent {
+  return {
+    name: 'echo',
+    async reply(turn, signal, onText) {
+      const text = echoText(turn);
+      if (!onText) return { text };
+      let soFar = '';
+      for (const word of text.split(/(?<= )/)) {
+        if (soFar) await pause(wordMs, signal);
+        soFar += word;
+        onText(soFar);
+      }
+      return { text };
+    },
+  };
+}
+
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', stop);
+      resolve();
+    }, ms);
+    const stop = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', stop, { once: true });
+  });
+}

@@ -1,10 +1,10 @@
 import type { Config } from '../env';
 import { AppError } from '../errors';
-import { echoAgent } from './echo';
+import { echoAgent, typingEchoAgent } from './echo';
 import { httpAgent } from './http';
 import type { Agent } from './types';
 
-export { echoAgent } from './echo';
+export { echoAgent, typingEchoAgent } from './echo';
 export { httpAgent } from './http';
 export * from './types';
 
@@ -15,13 +15,14 @@ export const AGENT_BINDING_URL = 'https://agent.internal/';
 
 /**
  * The agent for a turn: an in-account Worker through the `AGENT` service binding when the
- * Worker has one, else the HTTP agent when AGENT_URL is set, else the echo agent. Both remote
+ * Worker has one, else the HTTP agent when AGENT_URL is set, else the echo agent (typing its
+ * answer out word by word to a card reply when ECHO_AGENT_WORD_MS is set). Both remote
  * forms speak the same protocol, signed the same way (a bound Worker can be reached by other
  * Workers of the account too). `setAgentOverride` replaces it inside one isolate (tests, and
  * embedding in another Worker).
  */
 export function agentFor(
-  config: Pick<Config, 'AGENT_URL' | 'AGENT_TIMEOUT_MS' | 'AGENT_SIGNING_SECRET'>,
+  config: Pick<Config, 'AGENT_URL' | 'AGENT_TIMEOUT_MS' | 'AGENT_SIGNING_SECRET' | 'ECHO_AGENT_WORD_MS'>,
   binding?: Pick<Fetcher, 'fetch'>,
 ): Agent {
   if (override) return override;
@@ -42,7 +43,7 @@ export function agentFor(
       timeoutMs: config.AGENT_TIMEOUT_MS,
       signingSecret: config.AGENT_SIGNING_SECRET!,
     });
-  return echoAgent;
+  return config.ECHO_AGENT_WORD_MS ? typingEchoAgent(config.ECHO_AGENT_WORD_MS) : echoAgent;
 }
 
 export function setAgentOverride(agent: Agent | null): void {
