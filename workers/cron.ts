@@ -1,3 +1,4 @@
+import { sweepUnfinishedCards } from './channel/card-sweep';
 import { effectsEveryMinute } from './effects/cron';
 import type { Env } from './env';
 import { housekeepingEveryMinute } from './housekeeping/cron';
@@ -29,7 +30,8 @@ async function everyMinute(env: Env): Promise<unknown> {
   );
   const effects = await step('effect_minute_failed', () => effectsEveryMinute(env));
   const housekeeping = await step('housekeeping_failed', () => housekeepingEveryMinute(env));
-  return { typingMaintenance, effects, housekeeping };
+  const cards = await step('channel_card_sweep_failed', () => sweepUnfinishedCards(env));
+  return { typingMaintenance, effects, housekeeping, cards };
 }
 
 export const CRON_HANDLERS: Record<string, CronHandler> = {

@@ -412,6 +412,33 @@ describe('streaming card replies (issue 34)', { timeout: 40_000 }, () => {
     expect(await repliesTo(anchor)).toHaveLength(1);
   });
 
+  it('card.sweep_finishes_leftovers: a card whose settlement could not finish it (Lark refusing every attempt) is finished by the minute sweep', async () => {
+    setAgentOverride(scriptedAgent(() => [{ show: '思考中' }, { fail: true }]));
+    const { chat, anchor } = await startedTurn('你好，在吗？');
+    // Every full update fails while the turn settles: the settlement's three attempts all fail.
+    await emu('faults', { route: 'cardkit.update', kind: '5xx', times: 100 });
+    await fireDebounce(pool, chat);
+    expect(await untilSettled(pool, chat, 1)).toMatchObject({ outcome: 'failed' });
+    for (let i = 0; i < 5; i++) {
+      await advanceDbClock(pool, 5000);
+      await runDurableObjectAlarm(host(chat));
+      await pump(chat);
+    }
+    const { rows } = await pool.query<{ status: string }>(
+      `select status from effects where origin_instance_id = $1 and kind = 'channel.turn-settled'`,
+      [chat.sessionId],
+    );
+    expect(rows).toEqual([{ status: 'dead' }]);
+    expect((await onlyCard(anchor)).streaming).toBe(true);
+    await emu('faults', undefined, 'DELETE');
+    await advanceDbClock(pool, 61_000);
+    await runCron('* * * * *');
+    const card = await onlyCard(anchor);
+    expect(card.finished).toBe(true);
+    expect(textOfCard(card)).toBe(notice('interrupted', 'zh'));
+    expect(await repliesTo(anchor)).toHaveLength(1);
+  });
+
   it('card.create_refused_falls_back_to_text: an app CardKit refuses (no scope) still gets its answer, as one text reply', async () => {
     setAgentOverride(scriptedAgent(() => [{ show: 'part', visible: false }, { done: 'the whole answer' }]));
     const { chat, anchor } = await startedTurn('no cardkit here');

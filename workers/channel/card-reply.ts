@@ -4,7 +4,7 @@ import type { LarkClient } from '../lark/client';
 import { LarkApiError, RATE_LIMITED_CODE } from '../lark/errors';
 import { log } from '../log';
 import { CardRefused, CardStream, type CardStreamDeps, cardJson } from './card-stream';
-import { type NoticeLocale, notice } from './notices';
+import { localeOf, notice } from './notices';
 import { findCard, markFinished, reserveSequences, type TurnKey } from './reply-cards';
 import type { ReplyArgs, ReplyResult } from './types';
 
@@ -42,6 +42,8 @@ export async function cardReply(p: CardReplyInput): Promise<ReplyResult | TextFa
     sessionId: args.sessionId,
     turnNo: args.turnNo,
     installationId: args.session.installationId,
+    // The turn's language, recorded with the card for whoever finishes it (notices.ts).
+    locale: localeOf(args.inputs.map((i) => i.text)),
   };
   const stream = await CardStream.open({
     lark: p.lark,
@@ -121,7 +123,6 @@ export async function finishInterruptedCard(p: {
   lark: LarkClient;
   db: CardStreamDeps['db'];
   turn: TurnKey;
-  locale: NoticeLocale;
   delivered: boolean;
 }): Promise<'none' | 'finished'> {
   const card = await p.db((q) => findCard(q, p.turn));
@@ -136,7 +137,7 @@ export async function finishInterruptedCard(p: {
   else
     await p.lark.replaceCard(
       card.cardId,
-      { card: cardJson(notice('interrupted', p.locale), false), sequence: block.last },
+      { card: cardJson(notice('interrupted', card.locale), false), sequence: block.last },
       call,
     );
   await p.db((q) => markFinished(q, p.turn));

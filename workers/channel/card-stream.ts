@@ -2,6 +2,7 @@ import { Deadline } from '../clock';
 import type { LarkClient } from '../lark/client';
 import { LarkApiError, RATE_LIMITED_CODE } from '../lark/errors';
 import { log } from '../log';
+import type { NoticeLocale } from './notices';
 import {
   findCard,
   markFinished,
@@ -57,7 +58,7 @@ export interface CardStreamDeps {
   lark: LarkClient;
   /** Runs a statement batch on the run's connection (the host's, or a short one of its own). */
   db: <T>(use: (q: Parameters<typeof findCard>[0]) => Promise<T>) => Promise<T>;
-  turn: TurnKey & { installationId: string };
+  turn: TurnKey & { installationId: string; locale: NoticeLocale };
   anchorMessageId: string;
   /** The turn's Lark reply uuid (deliveryUuid). */
   uuid: string;

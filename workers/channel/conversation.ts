@@ -1,5 +1,4 @@
 import type { ActorContext, ActorEvent, ActorType } from '../effects/registry';
-import { localeOf, type NoticeLocale } from './notices';
 import { CONVERSATION_ACTOR } from './session';
 import { insertTurn, replaceTurnEffect, settleTurnRow } from './turns';
 import type {
@@ -18,12 +17,6 @@ import {
 } from './typing-hooks';
 
 export type * from './types';
-
-/**
- * `channel.turn-settled`'s arguments: the ledger's settlement, and the turn's language (absent
- * in rows written before issue 34: read as English).
- */
-export type SettledArgs = TurnSettlement & { locale?: NoticeLocale };
 
 export const REPLY_KIND = 'channel.reply';
 export const SETTLED_KIND = 'channel.turn-settled';
@@ -168,9 +161,7 @@ function settle(
     if (await settleTurnRow(tx, settlement.sessionId, t.turnNo, outcome, replyMessageId))
       await settleTurnInputs(tx, settlement);
   });
-  // The turn's language goes with it: a streamed card left unfinished is closed with a notice in it.
-  const args: SettledArgs = { ...settlement, locale: localeOf(t.inputs.map((i) => i.text)) };
-  ctx.emit(SETTLED_KIND, args, { maxAttempts: 3 });
+  ctx.emit(SETTLED_KIND, settlement, { maxAttempts: 3 });
   // Wake at once: runs the settled effect, and the next turn if its debounce is already due.
   ctx.setTimer(ctx.nowMs);
   return { ...s, turn: null, lastOutcome: { turnNo: t.turnNo, outcome } };

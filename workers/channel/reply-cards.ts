@@ -1,4 +1,5 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
+import type { NoticeLocale } from './notices';
 
 type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
 
@@ -9,6 +10,8 @@ type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
  */
 export interface ReplyCard {
   cardId: string;
+  /** The turn's language (notices.ts), recorded with the card. */
+  locale: NoticeLocale;
   /** The highest CardKit sequence reserved on the card by any writer. */
   sequence: number;
   sentMessageId: string | null;
@@ -25,15 +28,17 @@ export const MAX_SEQUENCE = 2_147_483_647;
 
 interface Row {
   card_id: string;
+  locale: NoticeLocale;
   sequence: number;
   sent_message_id: string | null;
   finished: boolean;
 }
 
-const COLUMNS = 'card_id, sequence, sent_message_id, finished_at is not null as finished';
+const COLUMNS = 'card_id, locale, sequence, sent_message_id, finished_at is not null as finished';
 
 const toCard = (r: Row): ReplyCard => ({
   cardId: r.card_id,
+  locale: r.locale,
   sequence: r.sequence,
   sentMessageId: r.sent_message_id,
   finished: r.finished,
@@ -54,14 +59,14 @@ export async function findCard(q: Q, turn: TurnKey): Promise<ReplyCard | null> {
  */
 export async function recordCard(
   q: Q,
-  turn: TurnKey & { installationId: string; cardId: string },
+  turn: TurnKey & { installationId: string; cardId: string; locale: NoticeLocale },
 ): Promise<ReplyCard> {
   const { rows } = await q.query<Row>(
-    `insert into channel_reply_cards (session_id, turn_no, installation_id, card_id)
-     values ($1, $2, $3, $4)
+    `insert into channel_reply_cards (session_id, turn_no, installation_id, card_id, locale)
+     values ($1, $2, $3, $4, $5)
      on conflict (session_id, turn_no) do nothing
      returning ${COLUMNS}`,
-    [turn.sessionId, turn.turnNo, turn.installationId, turn.cardId],
+    [turn.sessionId, turn.turnNo, turn.installationId, turn.cardId, turn.locale],
   );
   if (rows[0]) return toCard(rows[0]);
   // The conflicting row committed after this statement's snapshot: read it now.
@@ -116,4 +121,39 @@ export async function streamingCards(q: Q, installationId: string): Promise<numb
     [installationId],
   );
   return rows[0]?.n ?? 0;
+}
+
+export interface UnfinishedCard extends TurnKey {
+  installationId: string;
+  locale: NoticeLocale;
+  delivered: boolean;
+}
+
+/**
+ * Cards still streaming whose turn settled more than a minute ago (its settlement's finish
+ * failed every attempt, or ran on a release that knows no cards), oldest settlement first, at
+ * most `limit`. Through the partial index of cards still streaming.
+ */
+export async function unfinishedSettledCards(q: Q, limit: number): Promise<UnfinishedCard[]> {
+  const { rows } = await q.query<{
+    session_id: string;
+    turn_no: number;
+    installation_id: string;
+    locale: NoticeLocale;
+    outcome: string;
+  }>(
+    `select c.session_id, c.turn_no, c.installation_id, c.locale, t.outcome
+       from channel_reply_cards c
+       join channel_turns t on t.session_id = c.session_id and t.turn_no = c.turn_no
+      where c.finished_at is null and t.settled_at < app_now() - interval '1 minute'
+      order by t.settled_at limit $1`,
+    [limit],
+  );
+  return rows.map((r) => ({
+    sessionId: r.session_id,
+    turnNo: r.turn_no,
+    installationId: r.installation_id,
+    locale: r.locale,
+    delivered: r.outcome === 'delivered',
+  }));
 }

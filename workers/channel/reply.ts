@@ -14,9 +14,9 @@ import { durableRateGate } from '../lark/rate-limits';
 import { log } from '../log';
 import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
-import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND, type SettledArgs } from './conversation';
+import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND, } from './conversation';
 import { findCard } from './reply-cards';
-import { afterTurnSettled } from './typing-hooks';
+import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
 /** Lark's part of a reply run (token + post, with one token refresh) gets this much. */
 export const DELIVERY_BUDGET_MS = 8000;
@@ -240,8 +240,16 @@ async function turnOlderThan(
   return rows[0]?.old === true;
 }
 
-/** A streamed card the turn's writers left unfinished, finished by its settlement (card-reply.ts). */
-async function finishCardOf(deps: ChannelDeps, config: Config, args: SettledArgs, ctx?: EffectRunContext) {
+/**
+ * A streamed card the turn's writers left unfinished, finished (card-reply.ts): by the turn's
+ * settlement, and by the minute sweep for a settlement that could not (card-sweep.ts).
+ */
+export async function finishLeftoverCard(
+  deps: ChannelDeps,
+  config: Config,
+  args: Pick<TurnSettlement, 'sessionId' | 'turnNo' | 'installationId' | 'outcome'>,
+  ctx?: EffectRunContext,
+) {
   const turn = { sessionId: args.sessionId, turnNo: args.turnNo };
   const db: CardReplyInput['db'] = (use) => onPool(config, ctx?.pool, use);
   const card = await db((q) => findCard(q, turn));
@@ -255,7 +263,6 @@ async function finishCardOf(deps: ChannelDeps, config: Config, args: SettledArgs
     lark,
     db,
     turn,
-    locale: args.locale ?? 'en',
     delivered: args.outcome === 'delivered',
   });
 }
@@ -269,12 +276,12 @@ export function settledExecutor(deps: ChannelDeps): EffectExecutor {
     // withdrawal): a second run finds the badge settled and deletes nothing.
     idempotentByKey: true,
     async run(effect: ClaimedEffect, _signal: AbortSignal, ctx?: EffectRunContext) {
-      const args = effect.args as SettledArgs;
+      const args = effect.args as TurnSettlement;
       const config = deps.config();
       // Two independent halves: a card left streaming is finished whatever the badges do, and
       // the badges are withdrawn whatever the card does. Either failing retries the effect.
       const [card, badges] = await Promise.allSettled([
-        finishCardOf(deps, config, args, ctx),
+        finishLeftoverCard(deps, config, args, ctx),
         afterTurnSettled(config, args, ctx?.pool),
       ]);
       if (card.status === 'rejected') throw card.reason;

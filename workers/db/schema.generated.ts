@@ -71,6 +71,7 @@ export interface ChannelReplyCards {
   created_at: Generated<Timestamp>;
   finished_at: Timestamp | null;
   installation_id: string;
+  locale: Generated<string>;
   sent_message_id: string | null;
   sequence: Generated<number>;
   session_id: string;
