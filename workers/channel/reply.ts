@@ -14,7 +14,7 @@ import { durableRateGate } from '../lark/rate-limits';
 import { log } from '../log';
 import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
-import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND, } from './conversation';
+import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
 import { findCard } from './reply-cards';
 import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
