@@ -233,7 +233,7 @@ export class FuzzGroup {
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 
-function caseTiming(ms: number[], snapshotMs: number): CaseTiming {
+export function caseTiming(ms: number[], snapshotMs: number): CaseTiming {
   const sorted = [...ms].sort((a, b) => a - b);
   const at = (q: number) =>
     Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0);

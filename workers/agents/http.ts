@@ -68,7 +68,8 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
         throw new AppError('agent_failed', `agent unreachable: ${err instanceof Error ? err.name : 'error'}`);
       }
       if (!res.ok) {
-        await res.body?.cancel();
+        // By design: a body that already broke has nothing left to close; the status decides.
+        await res.body?.cancel().catch(() => undefined);
         throw new AppError('agent_failed', `agent answered HTTP ${res.status}`);
       }
       const format = streamFormatOf(res.headers.get('content-type'));
@@ -79,7 +80,13 @@ export function httpAgent(opts: HttpAgentOptions): Agent {
           // The timeout (or the caller) aborted the read mid-stream: that is the agent's timeout.
           if (bounded.aborted)
             throw new AppError('agent_timeout', `agent did not finish within ${opts.timeoutMs} ms`);
-          throw err;
+          // The protocol's verdict (agent_stream_invalid, agent_failed) stands; anything else is
+          // the connection breaking off mid-answer, the agent's failure.
+          if (err instanceof AppError) throw err;
+          throw new AppError(
+            'agent_failed',
+            `agent stream broke off: ${err instanceof Error ? err.name : 'error'}`,
+          );
         }
       // By design: a body that is not JSON fails the shape check below (agent_failed).
       const parsed = AgentAnswer.safeParse(await res.json().catch(() => null));

@@ -11,7 +11,7 @@ import type { AgentReply } from './types';
  *   {"type":"done","text":"..."}    the whole answer; the stream ends here
  *   {"type":"error","code":"...","message":"..."}  the agent gave up on this turn
  * A stream that breaks the protocol (not JSON, an unknown event, text past the reply limit,
- * anything after `done`, an end without `done`) fails the generation with
+ * anything after `done`, an end without `done`, bytes that are not UTF-8) fails the generation with
  * `agent_stream_invalid`; an `error` event with `agent_failed`. Hand-written: the framing is
  * two line formats, and the rules are this service's own contract.
  */
@@ -48,7 +48,17 @@ export async function readAgentStream(
 ): Promise<AgentReply> {
   // JSON escapes can make one character up to 12 bytes (\\uXXXX twice for a surrogate pair).
   const maxLine = opts.maxChars * 12 + 1024;
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  const reader = body.getReader();
+  // Fatal: NDJSON and SSE are UTF-8 text, and bytes that are not UTF-8 break the protocol
+  // (a replacing decoder would pass them on as U+FFFD in the reply). Found by the fuzz suite.
+  const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+  const decode = (bytes?: Uint8Array) => {
+    try {
+      return bytes ? decoder.decode(bytes, { stream: true }) : decoder.decode();
+    } catch {
+      throw invalid('bytes that are not UTF-8');
+    }
+  };
   let buffered = '';
   let sseData: string[] = [];
   let text = '';
@@ -96,7 +106,7 @@ export async function readAgentStream(
     for (;;) {
       const { value, done: ended } = await reader.read();
       if (ended) break;
-      buffered += value;
+      buffered += decode(value);
       let newline = buffered.indexOf('\n');
       while (newline !== -1) {
         onLine(buffered.slice(0, newline).replace(/\r$/, ''));
@@ -105,6 +115,8 @@ export async function readAgentStream(
       }
       if (buffered.length > maxLine) throw invalid('a line past the size limit');
     }
+    // A character cut off by the end is not UTF-8 either.
+    buffered += decode();
     // The last line needs no newline; an SSE event still open at the end counts as ended.
     if (buffered !== '') onLine(buffered.replace(/\r$/, ''));
     if (format === 'sse') onLine('');
