@@ -17,7 +17,9 @@ async function auditOf(id: string) {
 }
 
 async function settingsRows(id: string) {
-  const { rows } = await pool.query(`select * from lark_installation_settings where installation_id = $1`, [id]);
+  const { rows } = await pool.query(`select * from lark_installation_settings where installation_id = $1`, [
+    id,
+  ]);
   return rows;
 }
 
@@ -26,13 +28,18 @@ describe('per-installation settings (issue 34 reply_mode)', () => {
     const app = await installApp();
     const res = await settingsOf(app.installationId);
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ settings: { reply_mode: 'text', failure_notice: 'none', paused: 'off' } });
+    expect(await res.json()).toEqual({
+      settings: { reply_mode: 'text', failure_notice: 'none', paused: 'off' },
+    });
     expect(await settingsRows(app.installationId)).toEqual([]);
   });
 
   it('settings.change_audited: a change is stored, read back and recorded once with its operator; a repeat records nothing', async () => {
     const app = await installApp();
-    const res = await change(app.installationId, { operator: 'alice', settings: { reply_mode: 'card_stream' } });
+    const res = await change(app.installationId, {
+      operator: 'alice',
+      settings: { reply_mode: 'card_stream' },
+    });
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({
       settings: { reply_mode: 'card_stream', failure_notice: 'none', paused: 'off' },
@@ -41,7 +48,10 @@ describe('per-installation settings (issue 34 reply_mode)', () => {
     expect(await (await settingsOf(app.installationId)).json()).toEqual({
       settings: { reply_mode: 'card_stream', failure_notice: 'none', paused: 'off' },
     });
-    const again = await change(app.installationId, { operator: 'bob', settings: { reply_mode: 'card_stream' } });
+    const again = await change(app.installationId, {
+      operator: 'bob',
+      settings: { reply_mode: 'card_stream' },
+    });
     expect(((await again.json()) as { changed: unknown[] }).changed).toEqual([]);
     expect(await auditOf(app.installationId)).toEqual([
       {
