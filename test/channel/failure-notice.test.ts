@@ -76,18 +76,16 @@ async function doomedWorkerPostsNotice(chat: Chat) {
   const claimed = await claimEffects(pool, dead, { limit: 10, instanceId: chat.sessionId });
   const mine = claimed.find((e) => e.kind === FAILURE_NOTICE_KIND);
   expect(mine).toBeDefined();
-  const ran = await effectRegistry
-    .executor(FAILURE_NOTICE_KIND)!
-    .run(
-      {
-        id: mine!.id,
-        kind: mine!.kind,
-        args: mine!.args,
-        attempts: mine!.attempts,
-        instanceId: chat.sessionId,
-      },
-      AbortSignal.timeout(10_000),
-    );
+  const ran = await effectRegistry.executor(FAILURE_NOTICE_KIND)!.run(
+    {
+      id: mine!.id,
+      kind: mine!.kind,
+      args: mine!.args,
+      attempts: mine!.attempts,
+      instanceId: chat.sessionId,
+    },
+    AbortSignal.timeout(10_000),
+  );
   await ageHeartbeat(pool, dead, 31_000);
   return ran;
 }
