@@ -17,6 +17,8 @@ export interface CallLogEntry {
   requestedAppId?: string;
   /** The message the call was about (reaction and reply routes). */
   messageId?: string;
+  /** A reaction create's emoji_type. */
+  emojiType?: string;
   /** The card the call was about (CardKit routes; a reply that sends a card; a create's new card). */
   cardId?: string;
   status: number | 'dropped';

@@ -164,6 +164,12 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         (typeof created === 'string' ? created : undefined);
       return cardId ? { cardId } : {};
     };
+    /** A reaction create's emoji (the call log tells a Typing badge from a failure notice). */
+    const emoji =
+      match.route === 'reactions.create'
+        ? (body as { reaction_type?: { emoji_type?: unknown } } | undefined)?.reaction_type?.emoji_type
+        : undefined;
+    const emojiOf = typeof emoji === 'string' ? { emojiType: emoji } : {};
     const requestedAppId =
       match.route === 'token' ? String((body as { app_id?: unknown } | undefined)?.app_id ?? '') : undefined;
     const finish = (a: ApiAnswer) => {
@@ -172,6 +178,7 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         appId,
         ...(requestedAppId !== undefined ? { requestedAppId } : {}),
         messageId: params.message_id,
+        ...emojiOf,
         ...cardOf(a),
         status: a.status,
         at: state.now(),
@@ -226,6 +233,7 @@ export async function startLarkEmulator(opts: EmulatorOptions = {}): Promise<Lar
         appId,
         requestedAppId,
         messageId: params.message_id,
+        ...emojiOf,
         ...cardOf(answer),
         status: 'dropped',
         at: state.now(),

@@ -398,18 +398,36 @@ describe('streaming card replies (issue 34)', { timeout: 40_000 }, () => {
     expect(await repliesTo(anchor)).toHaveLength(1);
   });
 
-  it('card.interrupted_notice: when no generation can answer, the sent card is finished with the notice in the turn language, and the badge goes', async () => {
+  it('card.interrupted_notice: when no generation can answer, the sent card is finished with the notice in the turn language, and the badge goes; the card is the failure notice, no second message', async () => {
     setAgentOverride(scriptedAgent(() => [{ show: 'Đang nghĩ' }, { fail: true }]));
     const { chat, anchor } = await startedTurn('xin chào, bạn khỏe không?');
-    await fireDebounce(pool, chat);
-    const turn = await untilSettled(pool, chat, 1);
-    expect(turn).toMatchObject({ outcome: 'failed', generation: 3 });
-    // The settlement (badges and the card) runs on the host's next pumps.
-    await untilWithdrawn(chat, [anchor]);
-    const finished = await onlyCard(anchor);
-    expect(finished.finished).toBe(true);
-    expect(textOfCard(finished)).toBe(notice('interrupted', 'vi'));
-    expect(await repliesTo(anchor)).toHaveLength(1);
+    const failureNotice = (value: string) =>
+      admin(`/${suite.app.installationId}/settings`, {
+        method: 'PATCH',
+        body: { operator: 'test', settings: { failure_notice: value } },
+      });
+    expect((await failureNotice('reply')).status).toBe(200);
+    try {
+      await fireDebounce(pool, chat);
+      const turn = await untilSettled(pool, chat, 1);
+      expect(turn).toMatchObject({ outcome: 'failed', generation: 3 });
+      // The settlement (badges and the card) runs on the host's next pumps.
+      await untilWithdrawn(chat, [anchor]);
+      await pump(chat);
+      const finished = await onlyCard(anchor);
+      expect(finished.finished).toBe(true);
+      expect(textOfCard(finished)).toBe(notice('interrupted', 'vi'));
+      expect(await repliesTo(anchor)).toHaveLength(1);
+      const { rows } = await pool.query(
+        `select e.status, n.session_id as notice from effects e
+           left join channel_failure_notices n on n.session_id = e.origin_instance_id
+          where e.origin_instance_id = $1 and e.kind = 'channel.failure-notice'`,
+        [chat.sessionId],
+      );
+      expect(rows).toEqual([{ status: 'completed', notice: null }]);
+    } finally {
+      await failureNotice('none');
+    }
   });
 
   it('card.sweep_finishes_leftovers: a card whose settlement could not finish it (Lark refusing every attempt) is finished by the minute sweep', async () => {

@@ -28,7 +28,9 @@ describe('per-installation settings (issue 34 reply_mode)', () => {
     const app = await installApp();
     const res = await settingsOf(app.installationId);
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ settings: { reply_mode: 'text' } });
+    expect(await res.json()).toEqual({
+      settings: { reply_mode: 'text', failure_notice: 'none', paused: 'off' },
+    });
     expect(await settingsRows(app.installationId)).toEqual([]);
   });
 
@@ -40,11 +42,11 @@ describe('per-installation settings (issue 34 reply_mode)', () => {
     });
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({
-      settings: { reply_mode: 'card_stream' },
+      settings: { reply_mode: 'card_stream', failure_notice: 'none', paused: 'off' },
       changed: [{ setting: 'reply_mode', from: 'text', to: 'card_stream' }],
     });
     expect(await (await settingsOf(app.installationId)).json()).toEqual({
-      settings: { reply_mode: 'card_stream' },
+      settings: { reply_mode: 'card_stream', failure_notice: 'none', paused: 'off' },
     });
     const again = await change(app.installationId, {
       operator: 'bob',
@@ -72,6 +74,9 @@ describe('per-installation settings (issue 34 reply_mode)', () => {
       { settings: { reply_mode: 'card_stream' } },
       { operator: '', settings: { reply_mode: 'card_stream' } },
       { operator: 'alice', settings: { reply_mode: 'card_stream' }, extra: 1 },
+      { operator: 'alice', settings: { failure_notice: 'smoke_signal' } },
+      // Only the pause and resume routes change it (they serialize against turn starts).
+      { operator: 'alice', settings: { paused: 'on' } },
     ];
     for (const body of bad) {
       const res = await change(app.installationId, body);

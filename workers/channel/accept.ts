@@ -37,7 +37,11 @@ import type { TypingInput } from './typing-hooks';
  * and the five separate statements are gone.
  */
 const ACCEPT = `
-with receipt as (
+with paused as (
+  -- A paused installation records and acknowledges its inputs, but badges none (pause.ts).
+  select exists (select 1 from lark_installation_settings
+                  where installation_id = $1 and paused = 'on') as held
+), receipt as (
   insert into lark_event_receipts (installation_id, event_id, event_type)
   values ($1, $2, 'im.message.receive_v1')
   on conflict do nothing
@@ -79,17 +83,19 @@ with receipt as (
   sealed: '$20',
   lifetimeMs: '$21',
   from: 'input',
-  gate: '$22::boolean',
+  gate: '($22::boolean and not (select held from paused))',
 })}
 select exists (select 1 from receipt) as accepted,
        (select position from input) as position,
        (select context_revision from input) as context_revision,
+       (select held from paused) as paused,
        ${REGISTER_RESULT_COLUMNS}`;
 
 interface AcceptRow extends RegisterResultRow {
   accepted: boolean;
   position: string | null;
   context_revision: string | null;
+  paused: boolean;
 }
 
 /**
@@ -192,7 +198,9 @@ export async function acceptInboundMessage(
   if (!row.accepted || row.position === null || row.context_revision === null) return null;
   const registration = prep.stale
     ? { kind: 'skipped' as const, reason: 'stale_message' as const }
-    : registrationOutcome(row, prep.id, message.message_id, installation);
+    : row.paused
+      ? { kind: 'skipped' as const, reason: 'paused' as const }
+      : registrationOutcome(row, prep.id, message.message_id, installation);
   const typing: TypingInput = {
     sessionId,
     installationId: installation.id,

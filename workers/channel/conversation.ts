@@ -1,13 +1,18 @@
 import type { ActorContext, ActorEvent, ActorType } from '../effects/registry';
+import { applyBacklog, onResume } from './backlog';
+import { localeOf } from './notices';
+import { claimTurnStart, RESUME_KEY_PREFIX, type ResumePayload, readHold } from './pause';
 import { CONVERSATION_ACTOR } from './session';
 import { insertTurn, replaceTurnEffect, settleTurnRow } from './turns';
-import type {
-  ConversationSettings,
-  ConversationState,
-  InputMessage,
-  ReplyArgs,
-  ReplyResult,
-  RunningTurn,
+import {
+  type ConversationSettings,
+  type ConversationState,
+  FAILURE_NOTICE_KIND,
+  type FailureNoticeArgs,
+  type InputMessage,
+  type ReplyArgs,
+  type ReplyResult,
+  type RunningTurn,
 } from './types';
 import {
   markTurnInputsTasked,
@@ -33,6 +38,7 @@ const initial = (): ConversationState => ({
   turnNo: 0,
   turn: null,
   lastOutcome: null,
+  heldResume: null,
 });
 
 type Ctx = ActorContext;
@@ -83,7 +89,11 @@ function startTurn(s: ConversationState, ctx: Ctx, settings: ConversationSetting
   const current = emitReply(ctx, s, base, 0);
   const turn: RunningTurn = { ...base, deliveryKey: current.effectId, current };
   const sessionId = ctx.instanceId;
+  const installationId = s.session!.installationId;
   ctx.inCommit(async (tx) => {
+    // First: serialized against a pause (pause.ts). A pause that committed since the handler
+    // read the hold makes this throw, and the event is handled again, starting nothing.
+    await claimTurnStart(tx, installationId, sessionId);
     await insertTurn(tx, {
       sessionId,
       turnNo: turn.turnNo,
@@ -162,9 +172,27 @@ function settle(
       await settleTurnInputs(tx, settlement);
   });
   ctx.emit(SETTLED_KIND, settlement, { maxAttempts: 3 });
+  // The turn's language, for its failure notice (a streamed card records its own).
+  const locale = localeOf(t.inputs.map((i) => i.text));
+  // A turn that failed (retired included: no generation answered) may owe its user a notice;
+  // the installation's `failure_notice` decides when it runs (failure-notice.ts). Never for a
+  // delivered turn, nor one whose anchor is gone (nothing to put a notice on).
+  if (outcome === 'failed' || outcome === 'retired') {
+    const notice: FailureNoticeArgs = {
+      sessionId: settlement.sessionId,
+      installationId: session.installationId,
+      turnNo: t.turnNo,
+      anchorMessageId: t.anchorMessageId,
+      deliveryKey: t.deliveryKey,
+      locale,
+    };
+    ctx.emit(FAILURE_NOTICE_KIND, notice, { maxAttempts: 5 });
+  }
   // Wake at once: runs the settled effect, and the next turn if its debounce is already due.
   ctx.setTimer(ctx.nowMs);
-  return { ...s, turn: null, lastOutcome: { turnNo: t.turnNo, outcome } };
+  const next: ConversationState = { ...s, turn: null, lastOutcome: { turnNo: t.turnNo, outcome } };
+  // A resume arrived while this turn ran: its backlog choice applies now.
+  return s.heldResume ? applyBacklog(next, ctx, s.heldResume, MAX_TURN_INPUTS) : next;
 }
 
 function onInput(s: ConversationState, msg: InputMessage, ctx: Ctx, settings: ConversationSettings) {
@@ -180,12 +208,20 @@ function onInput(s: ConversationState, msg: InputMessage, ctx: Ctx, settings: Co
   return { ...s, session: s.session ?? session, pending, firstPendingAtMs: first, dueAtMs };
 }
 
-function onTimer(s: ConversationState, ctx: Ctx, settings: ConversationSettings): ConversationState {
+async function onTimer(
+  s: ConversationState,
+  ctx: Ctx,
+  settings: ConversationSettings,
+): Promise<ConversationState> {
   if (s.turn || s.pending.length === 0) return s;
   if (s.dueAtMs !== null && s.dueAtMs > ctx.nowMs) {
     ctx.setTimer(s.dueAtMs);
     return s;
   }
+  // Paused (or a resume's choice not applied yet): the inputs wait, with no timer; the
+  // resume's message wakes the conversation (backlog.ts).
+  const installationId = s.session!.installationId;
+  if (await ctx.read((db) => readHold(db, installationId, ctx.instanceId))) return s;
   return startTurn(s, ctx, settings);
 }
 
@@ -242,6 +278,8 @@ export function conversationActor(settings: () => ConversationSettings): ActorTy
       const s = { ...initial(), ...state };
       if (event.type === 'timer') return onTimer(s, ctx, settings());
       if (event.key.startsWith('in:')) return onInput(s, event.payload as InputMessage, ctx, settings());
+      if (event.key.startsWith(RESUME_KEY_PREFIX))
+        return onResume(s, event.payload as ResumePayload, ctx, MAX_TURN_INPUTS);
       const rk = runtimeKey(event.key);
       return rk ? onRuntime(s, rk, event.payload, ctx) : s;
     },

@@ -1,7 +1,9 @@
 import { env } from 'cloudflare:workers';
 import { effectRegistry } from '../effects/registry';
 import { type Env, loadConfig } from '../env';
+import { droppedExecutor } from './backlog';
 import { conversationActor } from './conversation';
+import { failureNoticeExecutor } from './failure-notice';
 import { replyExecutor, settledExecutor } from './reply';
 
 /**
@@ -27,4 +29,6 @@ effectRegistry
       agentBinding: () => (bindings() as { AGENT?: Fetcher }).AGENT,
     }),
   )
-  .registerEffect(settledExecutor({ config }));
+  .registerEffect(settledExecutor({ config }))
+  .registerEffect(failureNoticeExecutor({ config }))
+  .registerEffect(droppedExecutor({ config }));

@@ -6,7 +6,8 @@ import type { PoolClient } from '@neondatabase/serverless';
  * statement, on the revalidation's own transaction and budget:
  * - the conversation still exists, belongs to the row's installation and is still in the
  *   input's context revision (a context reset ends every older input);
- * - the installation is still registered with the row's App ID;
+ * - the installation is still registered with the row's App ID, and not paused (an Add whose
+ *   registration raced the pause comes off at once: no badge while paused, pause.ts);
  * - no terminal turn covers the input: turns of a session run one at a time, so any turn of
  *   the input's revision with `cutoff_position >= position` and an outcome means the turn
  *   that consumed this input is over;
@@ -22,6 +23,8 @@ select exists (
      and c.context_revision = r.context_revision
     join lark_installations i on i.id = r.installation_id and i.app_id = r.app_id
    where r.id = $1 and r.session_id = $2
+     and not exists (select 1 from lark_installation_settings p
+                      where p.installation_id = r.installation_id and p.paused = 'on')
      and not exists (select 1 from channel_turns t
                       where t.session_id = r.session_id and t.context_revision = r.context_revision
                         and t.cutoff_position >= r.input_position and t.outcome is not null)

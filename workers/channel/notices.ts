@@ -11,6 +11,12 @@ const NOTICES = {
     vi: 'Câu trả lời này bị gián đoạn. Vui lòng hỏi lại.',
     zh: '回答被中断了，请重新提问。',
   },
+  /** A failed turn's reply, with the installation's `failure_notice: reply` (failure-notice.ts). */
+  failed: {
+    en: 'I could not answer this, please try again.',
+    vi: 'Tôi không thể trả lời tin nhắn này, vui lòng thử lại.',
+    zh: '我无法回答这条消息，请重试。',
+  },
 } as const satisfies Record<string, Record<NoticeLocale, string>>;
 
 export function notice(which: keyof typeof NOTICES, locale: NoticeLocale): string {

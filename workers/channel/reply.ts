@@ -168,6 +168,23 @@ async function postText(
   }
 }
 
+/** A Lark client for the channel's after-turn work (settlement, failure notice): replyClient on its own gate. */
+export function channelLark(
+  deps: ChannelDeps,
+  config: Config,
+  installation: Installation,
+  ctx: EffectRunContext | undefined,
+): LarkClient {
+  const app = { apiBase: installation.apiBase, appId: installation.appId };
+  return replyClient(
+    deps,
+    config,
+    installation,
+    (use) => onPool(config, ctx?.pool, (q) => use(durableRateGate(q, app))),
+    ctx,
+  );
+}
+
 /** The reply's Lark client: the durable rate gate, and the console's last Open API error. */
 function replyClient(
   deps: ChannelDeps,
@@ -257,8 +274,7 @@ export async function finishLeftoverCard(
   const installation = await db((pool) => loadInstallation(pool, config.SECRET_KEYS, args.installationId));
   // The installation is gone: so are its credentials, and nothing can reach its cards.
   if (!installation) return;
-  const app = { apiBase: installation.apiBase, appId: installation.appId };
-  const lark = replyClient(deps, config, installation, (use) => db((q) => use(durableRateGate(q, app))), ctx);
+  const lark = channelLark(deps, config, installation, ctx);
   await finishInterruptedCard({
     lark,
     db,

@@ -1,4 +1,6 @@
 import type { EffectHandle } from '../effects/types';
+import type { HeldResume } from './backlog';
+import type { NoticeLocale } from './notices';
 import type { TurnOutcome } from './typing-hooks';
 
 // The conversation actor's state, its mailbox payload and its reply effect's contract.
@@ -51,6 +53,8 @@ export interface ConversationState {
   turnNo: number;
   turn: RunningTurn | null;
   lastOutcome: { turnNo: number; outcome: TurnOutcome } | null;
+  /** A resume's backlog choice waiting for the running turn's end (backlog.ts). */
+  heldResume: HeldResume | null;
 }
 
 /** The `channel.reply` effect's arguments (no secrets: the executor loads the installation). */
@@ -77,4 +81,18 @@ export interface ReplyResult {
   reason?: string;
   /** With `held`: how long the route stays held, from Lark's reset. */
   retryAfterMs?: number;
+}
+
+/** A failed turn's notice to its user (failure-notice.ts), emitted by its settlement. */
+export const FAILURE_NOTICE_KIND = 'channel.failure-notice';
+
+export interface FailureNoticeArgs {
+  sessionId: string;
+  installationId: string;
+  turnNo: number;
+  /** The turn's newest input: the reaction goes on it, the reply answers it. */
+  anchorMessageId: string;
+  /** The turn's reply uuid; the notice's own uuid is derived from it (never equal to it). */
+  deliveryKey: string;
+  locale: NoticeLocale;
 }

@@ -173,3 +173,41 @@ export async function afterTurnSettled(config: Config, turn: TurnSettlement, hos
     if (failed > 0) throw new Error(`${failed} typing badge withdrawals did not finish`);
   });
 }
+
+/** Inputs a resume dropped (the operator chose not to answer a paused backlog): one cutoff per context revision. */
+export interface DroppedInputs {
+  sessionId: string;
+  installationId: string;
+  contextRevision: number;
+  /** Every input of the revision up to here is settled: the dropped ones and earlier turns' alike. */
+  cutoffPosition: number;
+}
+
+/** What the ledger records as the settler of a dropped backlog (its rows' `settled_by`). */
+export const droppedBy = (d: Pick<DroppedInputs, 'cutoffPosition'>) => `backlog:${d.cutoffPosition}`;
+
+/**
+ * (3b) Like (3), inside the fenced commit that drops a backlog on resume (no turn ever covers
+ * these inputs): settles them with outcome `dropped`, so a late Add is withdrawn at once
+ * (liveness.ts reads the settlement's cutoff) and the maintenance passes leave them alone.
+ */
+export async function settleDroppedInputs(tx: PoolClient, d: DroppedInputs): Promise<void> {
+  await ledger.settleTurnInputs(tx, {
+    sessionId: d.sessionId,
+    contextRevision: d.contextRevision,
+    cutoffPosition: d.cutoffPosition,
+    settledBy: droppedBy(d),
+    outcome: 'dropped',
+  });
+}
+
+/** (4b) Like (4), after that commit: the dropped inputs' badges are withdrawn by reaction id. */
+export async function afterInputsDropped(config: Config, d: DroppedInputs, hostPool?: Pool): Promise<void> {
+  await onPool(config, hostPool, async (pool) => {
+    const ids = await ledger.settledRowIds(pool, { ...d, turnNo: 0, settledBy: droppedBy(d) });
+    const results = await ledger.withdrawAfterCommit(pool, config.SECRET_KEYS, ids);
+    // As in (4): throwing schedules the effect's retry; a rate-limited row waits for the retry pass.
+    const failed = Object.values(results).filter((o) => o === 'retryable' || o === 'error').length;
+    if (failed > 0) throw new Error(`${failed} typing badge withdrawals of a dropped backlog did not finish`);
+  });
+}

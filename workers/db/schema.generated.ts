@@ -66,6 +66,19 @@ export interface ChannelConversations {
   workspace_id: string;
 }
 
+export interface ChannelFailureNotices {
+  add_attempts: Generated<number>;
+  created_at: Generated<Timestamp>;
+  installation_id: string;
+  kind: string;
+  message_id: string;
+  posted_at: Timestamp | null;
+  reaction_id: string | null;
+  reply_message_id: string | null;
+  session_id: string;
+  turn_no: number;
+}
+
 export interface ChannelReplyCards {
   card_id: string;
   created_at: Generated<Timestamp>;
@@ -250,7 +263,9 @@ export interface LarkInstallations {
 }
 
 export interface LarkInstallationSettings {
+  failure_notice: Generated<string>;
   installation_id: string;
+  paused: Generated<string>;
   reply_mode: Generated<string>;
   updated_at: Generated<Timestamp>;
   updated_by: string;
@@ -407,6 +422,7 @@ export interface DB {
   actor_instances: ActorInstances;
   actor_mailbox: ActorMailbox;
   channel_conversations: ChannelConversations;
+  channel_failure_notices: ChannelFailureNotices;
   channel_reply_cards: ChannelReplyCards;
   channel_turns: ChannelTurns;
   channel_typing_reaction: ChannelTypingReaction;

@@ -34,6 +34,12 @@ export interface ActorContext {
    * remote calls: locks are held.
    */
   inCommit(write: (tx: PoolClient) => Promise<void>): void;
+  /**
+   * A read on the runner's pool while the handler decides (autocommit, no lock held). The
+   * value may change before the commit: what the commit depends on is checked again inside it
+   * (`inCommit`), which throws `revision_conflict` to have the event handled again.
+   */
+  read<T>(query: (db: Pick<Pool, 'query'>) => Promise<T>): Promise<T>;
 }
 
 export interface ActorType<S = unknown> {

@@ -97,6 +97,7 @@ export async function drainStep(
         inCommit: (w) => {
           writes.push(w);
         },
+        read: (query) => query(pool),
       });
       // Every check the handler asked for is answered before its commit, awaited or not: a
       // refused one is not staged and is logged once; any other failure fails the turn.

@@ -1,14 +1,16 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
+import { pauseInstallation, resumeInstallation } from '../channel/pause';
 import { Operator, recordAction } from '../console/audit';
 import type { AppEnv } from '../context';
+import { actorHostStub } from '../effects/actor-host-stub';
 import { AppError } from '../errors';
 import { API_BASE_RULE, isAllowedApiBase } from '../lark/api-base';
 import { readJsonBody } from '../lib/json-body';
 import { pgText } from '../lib/pg-text';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
-import { readSettings, SettingsChange, updateSettings } from './settings';
+import { readSettings, SettingsChange, type SettingsUpdate, updateSettings } from './settings';
 import {
   deleteInstallation,
   getInstallationRow,
@@ -38,6 +40,33 @@ const Register = z.strictObject({
 });
 
 const ChangeSettings = z.strictObject({ operator: Operator, settings: SettingsChange });
+const Pause = z.strictObject({ operator: Operator });
+const Resume = z.strictObject({ operator: Operator, backlog: z.enum(['answer', 'drop']) });
+
+/**
+ * Resumed conversations whose hosts the route wakes itself (after the answer); the rest are
+ * found by the minute cron's mailbox poll.
+ */
+const RESUME_WAKE_LIMIT = 100;
+
+/** Each changed setting in console_audit with its operator, as console actions are. */
+async function audit(
+  c: { var: AppEnv['Variables'] },
+  id: string,
+  operator: string,
+  action: string,
+  update: SettingsUpdate,
+  detail = '',
+) {
+  for (const ch of update.changed)
+    await recordAction(c.var.db(), {
+      operator,
+      action,
+      target: `${id}:${ch.setting}`,
+      outcome: `${ch.from} -> ${ch.to}${detail}`,
+      requestId: c.var.requestId,
+    });
+}
 
 const Rotate = z
   .strictObject({
@@ -109,15 +138,32 @@ export const installations = new Hono<AppEnv>()
     const input = await readJsonBody(c, ChangeSettings);
     const update = await updateSettings(c.var.db(), id, input.settings, input.operator);
     if (!update) throw new AppError('not_found', 'No such installation');
-    for (const ch of update.changed)
-      await recordAction(c.var.db(), {
-        operator: input.operator,
-        action: 'settings.update',
-        target: `${id}:${ch.setting}`,
-        outcome: `${ch.from} -> ${ch.to}`,
-        requestId: c.var.requestId,
-      });
+    await audit(c, id, input.operator, 'settings.update', update);
     return c.json({ settings: update.settings, changed: update.changed });
+  })
+  // The answer is the acknowledgement: once it is sent, no turn of the installation starts
+  // (channel/pause.ts). Pausing a paused installation changes nothing and answers the same.
+  .post('/:id/pause', async (c) => {
+    const id = idParam(c);
+    const input = await readJsonBody(c, Pause);
+    const update = await pauseInstallation(c.var.db(), id, input.operator);
+    if (!update) throw new AppError('not_found', 'No such installation');
+    await audit(c, id, input.operator, 'installation.pause', update);
+    return c.json({ settings: update.settings, changed: update.changed });
+  })
+  .post('/:id/resume', async (c) => {
+    const id = idParam(c);
+    const input = await readJsonBody(c, Resume);
+    const resumed = await resumeInstallation(c.var.db(), id, input.operator, input.backlog);
+    if (!resumed) throw new AppError('not_found', 'No such installation');
+    await audit(c, id, input.operator, 'installation.resume', resumed.update, ` (backlog: ${input.backlog})`);
+    wakeResumed(c, resumed.conversations.slice(0, RESUME_WAKE_LIMIT));
+    return c.json({
+      settings: resumed.update.settings,
+      changed: resumed.update.changed,
+      backlog: input.backlog,
+      conversations: resumed.conversations.length,
+    });
   })
   .delete('/:id', async (c) => {
     const id = idParam(c);
@@ -126,3 +172,22 @@ export const installations = new Hono<AppEnv>()
     log.info('lark_installation_deleted', { installationId: id });
     return c.json({ deleted: true });
   });
+
+/** Wakes resumed conversations after the answer; a lost wake-up is the minute poll's to recover. */
+function wakeResumed(
+  c: { env: AppEnv['Bindings']; executionCtx: Pick<ExecutionContext, 'waitUntil'> },
+  sessionIds: string[],
+) {
+  const woken = Promise.all(
+    sessionIds.map((id) =>
+      actorHostStub(c.env, id)
+        .wake(id)
+        .catch((err: unknown) => log.warn('channel_wake_failed', { sessionId: id, error: err })),
+    ),
+  );
+  try {
+    c.executionCtx.waitUntil(woken);
+  } catch {
+    // By design: no execution context (a direct app.request in a test); the wake-ups still run.
+  }
+}

@@ -14,7 +14,16 @@ type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
 export const SETTINGS = {
   /** `text`: one text message after the agent finished; `card_stream`: a CardKit card typed out as the agent answers. */
   reply_mode: { schema: z.enum(['text', 'card_stream']), default: 'text' },
-} as const satisfies Record<string, { schema: z.ZodEnum; default: string }>;
+  // Issue 33 item 1 (migration 0200).
+  /** What the user sees when a turn fails: nothing, an emoji on its newest input, or a short reply (failure-notice.ts). */
+  failure_notice: { schema: z.enum(['none', 'reaction', 'reply']), default: 'none' },
+  /**
+   * `on`: inputs are recorded, no turn starts, no badge is added. Read here; changed only by the
+   * pause and resume routes (pause.ts), which serialize against turn starts and take the
+   * backlog choice, so a settings change cannot name it.
+   */
+  paused: { schema: z.enum(['off', 'on']), default: 'off', routeOnly: true },
+} as const satisfies Record<string, { schema: z.ZodEnum; default: string; routeOnly?: true }>;
 
 export type SettingName = keyof typeof SETTINGS;
 export type InstallationSettings = { [K in SettingName]: z.infer<(typeof SETTINGS)[K]['schema']> };
@@ -25,11 +34,17 @@ export const SETTINGS_DEFAULTS = Object.fromEntries(
   NAMES.map((n) => [n, SETTINGS[n].default]),
 ) as InstallationSettings;
 
-/** A change names at least one setting; unknown names or values are refused. */
+/** The settings a settings change may name (not the ones their own routes change). */
+type ChangeableName = {
+  [K in SettingName]: (typeof SETTINGS)[K] extends { routeOnly: true } ? never : K;
+}[SettingName];
+const CHANGEABLE = NAMES.filter((n) => !('routeOnly' in SETTINGS[n])) as ChangeableName[];
+
+/** A change names at least one setting; unknown names or values (and route-only settings) are refused. */
 export const SettingsChange = z
   .strictObject(
-    Object.fromEntries(NAMES.map((n) => [n, SETTINGS[n].schema.optional()])) as {
-      [K in SettingName]: z.ZodOptional<(typeof SETTINGS)[K]['schema']>;
+    Object.fromEntries(CHANGEABLE.map((n) => [n, SETTINGS[n].schema.optional()])) as {
+      [K in ChangeableName]: z.ZodOptional<(typeof SETTINGS)[K]['schema']>;
     },
   )
   .refine((s) => Object.values(s).some((v) => v !== undefined), 'name at least one setting');

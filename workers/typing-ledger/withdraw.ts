@@ -191,6 +191,8 @@ export async function settledRowIds(
     contextRevision: number | bigint;
     cutoffPosition: number | bigint;
     turnNo: number;
+    /** What the settlement wrote when it was not a turn's (`backlog:<cutoff>`, a dropped backlog). */
+    settledBy?: string;
   },
 ): Promise<string[]> {
   const { rows } = await q.query<{ id: string }>(
@@ -198,7 +200,12 @@ export async function settledRowIds(
      where session_id = $1 and context_revision = $2 and input_position <= $3 and settled_by = $4
        and settled_at is not null and cleaned_at is null and abandoned_at is null
      order by input_position limit 1000`,
-    [cut.sessionId, String(cut.contextRevision), String(cut.cutoffPosition), `turn:${cut.turnNo}`],
+    [
+      cut.sessionId,
+      String(cut.contextRevision),
+      String(cut.cutoffPosition),
+      cut.settledBy ?? `turn:${cut.turnNo}`,
+    ],
   );
   return rows.map((r) => r.id);
 }
