@@ -67,6 +67,13 @@ export class FaultRunner {
         w.count(step.on ? 'second replica started' : 'second replica stopped');
         await w.setReplica(step.on);
         return true;
+      case 'mixed_versions': {
+        const to = w.version === 'new' ? 'old' : 'new';
+        w.count(`mixed versions: restarted as the ${to} release`);
+        w.trace.add(`mixed versions: the runtime restarts as the ${to} release`);
+        await w.restart({ version: to });
+        return true;
+      }
       case 'clock':
         w.count('clock jump');
         await w.advanceClock(step.ms);

@@ -21,7 +21,10 @@ export async function quiesce(
   world.lark.faults.clear();
   await world.dbFaults.clear();
   await world.setReplica(false);
-  world.trace.add('quiesce: faults off, one runtime');
+  // The rollout completes (or is redone after a rollback): the invariants are those of the new
+  // release having taken over whatever the old one left.
+  if (world.version !== 'new') await world.restart({ version: 'new' });
+  world.trace.add('quiesce: faults off, one runtime on the new release');
   // The operator's follow-ups (workload.ts operatorRetries), before the clock walks.
   await afterFaults();
   for (const dt of QUIESCE_STOPS_MS) {

@@ -104,6 +104,8 @@ export type Step =
   | { op: 'restart'; at: (typeof RESTART_POINTS)[number] }
   | { op: 'do_storage_lost' }
   | { op: 'replica'; on: boolean }
+  // The runtime restarted as the other release (issue 31 item 2), its objects keeping their storage.
+  | { op: 'mixed_versions' }
   | { op: 'clock'; ms: number };
 
 export type StepKind = Step['op'];
@@ -115,6 +117,7 @@ export const FAULT_OPS: ReadonlySet<StepKind> = new Set([
   'restart',
   'do_storage_lost',
   'replica',
+  'mixed_versions',
   'clock',
 ]);
 
@@ -194,6 +197,7 @@ const faults: fc.Arbitrary<Step>[] = [
   fc.record({ op: fc.constant('restart' as const), at: fc.constantFrom(...RESTART_POINTS) }),
   fc.constant({ op: 'do_storage_lost' as const }),
   fc.record({ op: fc.constant('replica' as const), on: fc.boolean() }),
+  fc.constant({ op: 'mixed_versions' as const }),
   fc.record({
     op: fc.constant('clock' as const),
     // A second, past a debounce, past the stale window, past taskless expiry, an hour, a day.

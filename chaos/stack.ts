@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath, URL } from 'node:url';
 import { migrate } from '../scripts/lib/migrator';
 import { adminQuery, usePostgres, withDatabase } from '../scripts/lib/postgres';
+import { releaseTree } from '../scripts/lib/previous-release';
 import { dropRunDatabases, MIGRATIONS_DIR } from '../test/setup/stack';
 import { type Bundles, buildBundles } from './runtime';
 
@@ -20,6 +21,8 @@ const AUDIT_SQL = fileURLToPath(new URL('./audit.sql', import.meta.url));
 export interface ChaosStack {
   adminUrl: string;
   bundles: Bundles;
+  /** The previous release's bundles (scripts/previous-release.json): the "mixed versions" fault. */
+  previous: Bundles;
   tempDir: string;
   createDatabase(name: string): Promise<string>;
   dropDatabase(name: string): Promise<void>;
@@ -28,7 +31,8 @@ export interface ChaosStack {
 
 export async function startChaosStack(): Promise<ChaosStack> {
   // Bundles first: a build that fails then leaves no Postgres server behind.
-  const bundles = await buildBundles();
+  const tree = await releaseTree();
+  const [bundles, previous] = await Promise.all([buildBundles(), buildBundles(tree.root)]);
   const tempDir = await mkdtemp(join(tmpdir(), 'reaction-ledger-chaos-'));
   await chmod(tempDir, 0o755);
   const server = await usePostgres({
@@ -52,6 +56,7 @@ export async function startChaosStack(): Promise<ChaosStack> {
   return {
     adminUrl: server.adminUrl,
     bundles,
+    previous,
     tempDir,
     async createDatabase(name) {
       const database = `${prefix}_${name}`;
@@ -65,8 +70,10 @@ export async function startChaosStack(): Promise<ChaosStack> {
       await dropRunDatabases(server.adminUrl, prefix);
       await server.stop();
       await rm(tempDir, { recursive: true, force: true });
-      for (const file of [bundles.main, bundles.retention, bundles.probe])
-        await rm(join(file, '..'), { recursive: true, force: true });
+      for (const b of [bundles, previous])
+        for (const file of [b.main, b.retention, b.probe])
+          await rm(join(file, '..'), { recursive: true, force: true });
+      await tree.remove();
     },
   };
 }

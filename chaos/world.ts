@@ -61,6 +61,8 @@ export class World {
   private readonly dirs: string[] = [];
   private calls = 0;
   private restarting: Promise<void> | null = null;
+  /** The release the runtimes run: this tree's, or the previous one (the "mixed versions" fault). */
+  version: 'new' | 'old' = 'new';
 
   constructor(
     readonly stack: ChaosStack,
@@ -87,7 +89,7 @@ export class World {
     if (!this.dirs.includes(persistDir)) this.dirs.push(persistDir);
     const database = { DATABASE_URL: this.databaseUrl, NEON_WS_PROXY: this.dbFaults.wsProxy };
     return startRuntime({
-      bundles: this.stack.bundles,
+      bundles: this.version === 'new' ? this.stack.bundles : this.stack.previous,
       vars: {
         ...SECRETS,
         ...database,
@@ -114,12 +116,18 @@ export class World {
     });
   }
 
-  /** Disposes the primary and starts it again: its Durable Objects keep storage, lose memory. */
-  async restart(opts: { loseStorage?: boolean } = {}): Promise<void> {
+  /**
+   * Disposes the primary and starts it again: its Durable Objects keep storage, lose memory.
+   * With `version`, it starts as that release (a deploy or a rollback mid-schedule: the objects
+   * keep their storage and run the other release's code from then on). A second replica keeps
+   * the release it started with until it stops.
+   */
+  async restart(opts: { loseStorage?: boolean; version?: 'new' | 'old' } = {}): Promise<void> {
     while (this.restarting) await this.restarting;
     this.restarting = (async () => {
       this.disruptions++;
       await this.primary.dispose();
+      if (opts.version) this.version = opts.version;
       if (opts.loseStorage) {
         await rm(this.persistDir, { recursive: true, force: true });
         await mkdir(this.persistDir, { recursive: true });
