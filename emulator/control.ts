@@ -1,13 +1,14 @@
 /**
  * The emulator's own HTTP API under /__emulator: inspection (calls, messages, cards), fault
- * injection, the clock, the CardKit switches, and event delivery. Tests inside workerd drive the emulator only through these routes.
+ * injection, the clock, the CardKit switches, and event delivery (a message's mentions:
+ * `message.mention_bot`, `message.mentions`). Tests inside workerd drive the emulator only through these routes.
  */
 
 import type { ApiAnswer } from './answers';
 import { configProblem } from './cards';
 import { buildDelivery, type DeliveryOptions, messageReceivePayload, urlVerificationPayload } from './events';
 import { type Fault, type FaultBook, type FaultKind, isRouteTarget, ROUTES } from './faults';
-import { type EmulatorState, id, type MessageRecord } from './state';
+import { type AppRecord, type EmulatorState, id, type MentionRecord, type MessageRecord } from './state';
 
 export interface CallLogEntry {
   route: string;
@@ -187,6 +188,24 @@ function messages(
   return bad('unknown message route', 404);
 }
 
+/**
+ * The mentions of a message a delivery creates: `mention_bot: true` mentions the app's own bot
+ * (first, as `@_user_1`), `mentions: [{ open_id, name? }]` anyone else, in order. The text
+ * is the caller's: Lark puts each key where the mention is (`@_user_1 hello`).
+ */
+function mentionsOf(app: AppRecord, m: Body): MentionRecord[] {
+  const people: { open_id: string; name: string }[] = [];
+  if (m?.mention_bot === true) people.push({ open_id: app.bot_open_id, name: app.app_name ?? 'bot' });
+  for (const p of Array.isArray(m?.mentions) ? m.mentions : [])
+    if (typeof p?.open_id === 'string') people.push({ open_id: p.open_id, name: String(p.name ?? 'user') });
+  return people.map((p, i) => ({
+    key: `@_user_${i + 1}`,
+    id: { open_id: p.open_id, union_id: p.open_id.replace(/^ou_/, 'on_'), user_id: p.open_id.slice(3, 11) },
+    name: p.name,
+    tenant_key: 'tenant_emulator',
+  }));
+}
+
 function pick(body: Body): Partial<MessageRecord> & { text?: string } {
   const out: Partial<MessageRecord> & { text?: string } = {};
   for (const k of [
@@ -223,7 +242,7 @@ async function deliver(state: EmulatorState, body: Body): Promise<ApiAnswer> {
       const sender = m.sender_app_id
         ? { id: m.sender_app_id, id_type: 'app_id' as const, sender_type: 'app' as const }
         : { id: m.sender_open_id ?? id('ou_'), id_type: 'open_id' as const, sender_type: 'user' as const };
-      message = state.createMessage({ ...pick(m), sender });
+      message = state.createMessage({ ...pick(m), sender, mentions: mentionsOf(app, m) });
     }
     payload = messageReceivePayload(app, message, now, { eventId: body.event_id, token: body.token });
   }

@@ -6,6 +6,9 @@
 import { createCipheriv, createHash, randomBytes } from 'node:crypto';
 import { type AppRecord, id, type MessageRecord } from './state';
 
+/** What a delivery needs of an app: its keys, not its bot. */
+type DeliveryApp = Omit<AppRecord, 'bot_open_id'>;
+
 export interface SignedRequest {
   headers: Record<string, string>;
   body: string;
@@ -38,7 +41,7 @@ export interface DeliveryOptions {
 
 /** Serialises, optionally encrypts, and signs a payload for one app. */
 export function buildDelivery(
-  app: AppRecord,
+  app: DeliveryApp,
   payload: unknown,
   nowMs: number,
   opts: DeliveryOptions = {},
@@ -61,13 +64,13 @@ export function buildDelivery(
   return { headers, body };
 }
 
-export function urlVerificationPayload(app: AppRecord, token?: string) {
+export function urlVerificationPayload(app: DeliveryApp, token?: string) {
   return { challenge: id('', 16), token: token ?? app.verification_token, type: 'url_verification' };
 }
 
 /** An im.message.receive_v1 envelope for a message already in the emulator's world. */
 export function messageReceivePayload(
-  app: AppRecord,
+  app: DeliveryApp,
   msg: MessageRecord,
   nowMs: number,
   opts: { eventId?: string; token?: string } = {},
@@ -106,6 +109,7 @@ export function messageReceivePayload(
         chat_type: msg.chat_type,
         message_type: msg.msg_type,
         content: msg.content,
+        ...(msg.mentions ? { mentions: msg.mentions } : {}),
         user_agent: 'emulator',
       },
     },

@@ -1,6 +1,6 @@
 /**
  * The Open API routes the service uses, with Lark's shapes and error codes
- * (shared/reference/lark-open-api.md §1, §2, §4b; CardKit §6 in cardkit-api.ts).
+ * (shared/reference/lark-open-api.md §1, §2, §4b; the bot's info §6; CardKit §6 in cardkit-api.ts).
  */
 import { type ApiAnswer, larkError, ok } from './answers';
 import { cardIdOf, cardkitRoute, checkCardSend } from './cardkit-api';
@@ -144,6 +144,24 @@ export function apiRoute(state: EmulatorState, call: ApiCall): ApiAnswer {
       if (card)
         card.sent = { message_id: msg.message_id, reply_to: messageId, uuid: msg.reply_uuid, at: now };
       return ok(message(msg));
+    }
+    case 'bot.info': {
+      // Reference §6 "Mentions": the bot itself at the top level, not under `data`.
+      const app = state.apps.get(appId)!;
+      return {
+        status: 200,
+        body: {
+          code: 0,
+          msg: 'ok',
+          bot: {
+            activate_status: 2,
+            app_name: app.app_name ?? app.app_id,
+            avatar_url: '',
+            ip_white_list: [],
+            open_id: app.bot_open_id,
+          },
+        },
+      };
     }
     case 'cardkit.create':
     case 'cardkit.content':

@@ -1,6 +1,6 @@
 /**
  * The Lark emulator: a Node HTTP server implementing the Open API routes the service uses
- * (tokens, reactions, replies, CardKit cards), plus /__emulator for inspection, faults, the
+ * (tokens, reactions, replies, the bot's info, CardKit cards), plus /__emulator for inspection, faults, the
  * clock and event delivery.
  *
  *   const emu = await startLarkEmulator({ port: 0 });
@@ -62,6 +62,7 @@ const API_ROUTES: { method: string; pattern: RegExp; route: RouteName; keys: str
     route: 'reply',
     keys: ['message_id'],
   },
+  { method: 'GET', pattern: /^\/open-apis\/bot\/v3\/info\/?$/, route: 'bot.info', keys: [] },
   { method: 'POST', pattern: /^\/open-apis\/cardkit\/v1\/cards$/, route: 'cardkit.create', keys: [] },
   {
     method: 'PUT',

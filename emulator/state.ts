@@ -15,6 +15,18 @@ export interface AppRecord {
   app_secret: string;
   verification_token: string;
   encrypt_key?: string;
+  /** The app's bot as users see it (`GET /open-apis/bot/v3/info` → bot.open_id); made up at registration. */
+  bot_open_id: string;
+  app_name?: string;
+}
+
+/** One @-mention in a message, as Lark puts it in `message.mentions` (reference §3, §6). */
+export interface MentionRecord {
+  /** The placeholder in the text: `@_user_1`, `@_user_2`, … */
+  key: string;
+  id: { open_id: string; union_id?: string; user_id?: string };
+  name: string;
+  tenant_key: string;
 }
 
 export interface Operator {
@@ -45,6 +57,8 @@ export interface MessageRecord {
   sender: { id: string; id_type: 'open_id' | 'app_id'; sender_type: 'user' | 'app' };
   recalled: boolean;
   reply_uuid?: string;
+  /** Who the message @-mentions (group messages); absent when nobody. */
+  mentions?: MentionRecord[];
 }
 
 /** Emoji types the emulator accepts (case-sensitive, like Lark). `PROCESSING` is not one. */
@@ -103,9 +117,11 @@ export class EmulatorState {
     return this.clock.now() + this.offsetMs;
   }
 
-  registerApp(app: AppRecord): AppRecord {
-    this.apps.set(app.app_id, { ...app });
-    return app;
+  /** Registers (or replaces) an app; its bot gets an open_id unless the caller names one. */
+  registerApp(app: Omit<AppRecord, 'bot_open_id'> & { bot_open_id?: string }): AppRecord {
+    const rec: AppRecord = { ...app, bot_open_id: app.bot_open_id ?? id('ou_') };
+    this.apps.set(app.app_id, rec);
+    return { ...rec };
   }
 
   /** Same token with a smaller `expire` while ≥30 min are left; a new one in the last 30. */
@@ -174,6 +190,7 @@ export class EmulatorState {
       sender: input.sender ?? { id: id('ou_'), id_type: 'open_id', sender_type: 'user' },
       recalled: false,
       reply_uuid: input.reply_uuid,
+      ...(input.mentions?.length ? { mentions: input.mentions } : {}),
     };
     this.messages.set(msg.message_id, msg);
     return msg;

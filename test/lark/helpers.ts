@@ -82,6 +82,8 @@ export interface TestApp {
   verificationToken: string;
   encryptKey: string | null;
   installationId: string;
+  /** The app's bot as the emulator made it up (`GET /open-apis/bot/v3/info` → bot.open_id). */
+  botOpenId: string;
 }
 
 /** A fresh app in the emulator and its installation in the service. */
@@ -93,7 +95,7 @@ export async function installApp(opts: { encrypt?: boolean } = {}): Promise<Test
     verificationToken: `vtok-${crypto.randomUUID()}`,
     encryptKey: opts.encrypt === false ? null : `ekey-${crypto.randomUUID()}`,
   };
-  await emu('apps', {
+  const registered = await emu<{ bot_open_id: string }>('apps', {
     app_id: app.appId,
     app_secret: app.appSecret,
     verification_token: app.verificationToken,
@@ -110,7 +112,7 @@ export async function installApp(opts: { encrypt?: boolean } = {}): Promise<Test
   });
   if (res.status !== 201) throw new Error(`register failed: ${res.status} ${await res.text()}`);
   const { installation } = (await res.json()) as { installation: { id: string } };
-  return { ...app, installationId: installation.id };
+  return { ...app, installationId: installation.id, botOpenId: registered.bot_open_id };
 }
 
 export interface BuiltEvent {

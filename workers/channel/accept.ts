@@ -2,6 +2,9 @@ import type { Pool } from '@neondatabase/serverless';
 import type { KeyRing } from '../crypto/sealed';
 import { RETRYABLE_SQLSTATES, sqlState } from '../db/tx';
 import { enqueueCtes } from '../effects/mailbox';
+import { settingsCte } from '../installations/settings';
+import { callsTodaySql } from '../lark/call-counts';
+import type { LarkRoute } from '../lark/rate-limits';
 import { isPgStorable } from '../lib/pg-text';
 import {
   MAX_LIFETIME_MS,
@@ -16,6 +19,41 @@ import type { InboundMessage, RecordedInput } from './inbound';
 import { CONVERSATION_ACTOR, conversationKey, createTimeMs, inputText, sessionIdOf } from './session';
 import type { TypingInput } from './typing-hooks';
 
+/** The settings row of the message's installation ($1), its defaults from $26 on. */
+const SETTINGS_ROW = settingsCte('settings', '$1', 26);
+
+/** The routes a badge needs (Add, withdrawal, sweep): `quiet` adds none while any is held. */
+const REACTION_ROUTES: LarkRoute[] = ['reactions.create', 'reactions.delete', 'reactions.list'];
+
+/**
+ * The webhook's decision for one message, from the installation's settings as the statement's
+ * own snapshot sees them (installations/settings.ts `settingsCte`): one snapshot decides both
+ * halves, so a message is never answered under one value and badged under another.
+ * - `answer`: p2p always; a group message under `reply_in_groups = always`, or when the webhook
+ *   found the bot's open_id among its mentions ($23; null, unknown, is not a mention). An
+ *   unanswered input is still recorded (with `unanswered`, its receipt, its conversation
+ *   position), but gets no mailbox message and no ledger row: never a turn, never a badge.
+ * - `badge`: an answered input's registration, under `typing_badge`: `on`; never for `off`;
+ *   for `quiet`, only while no recorded 429 holds any of the app's reaction routes ($25) and
+ *   the app's calls today are under `typing_daily_call_budget` (lark/call-counts.ts).
+ */
+const DECIDE = `${SETTINGS_ROW.sql}, decision as (
+  select ($10 <> 'group' or st.reply_in_groups = 'always' or coalesce($23::boolean, false)) as answer,
+         case st.typing_badge
+           when 'on' then true
+           when 'quiet' then
+             not exists (select 1 from lark_rate_limits l
+                          where l.api_base = $24 and l.app_id = $5 and l.route = any($25::text[])
+                            and l.not_before > app_now())
+             and (st.typing_daily_call_budget is null
+                  or ${callsTodaySql('$24', '$5')} < st.typing_daily_call_budget)
+           else false
+         end as badge,
+         -- A paused installation records and acknowledges its inputs, but badges none (pause.ts).
+         st.paused = 'on' as paused
+    from settings st
+)`;
+
 /**
  * Everything the webhook writes for one event, as ONE autocommit statement (a chain of
  * data-modifying CTEs): the event_id receipt gates all the rest (a duplicate writes nothing);
@@ -25,7 +63,8 @@ import type { TypingInput } from './typing-hooks';
  * (effects/mailbox.ts `enqueueCtes`: the SQL of `ensureInstance` and `enqueueMessage`);
  * and the typing-ledger registration (typing-ledger
  * `registerCtes`: settlement check, random free quota slot, `on conflict do nothing` on the
- * unique partial index, sealed snapshot bound to the client-generated row id). All of it
+ * unique partial index, sealed snapshot bound to the client-generated row id); the last two
+ * only as the installation's settings decide (DECIDE, read in the same snapshot). All of it
  * commits or none of it does, before the answer, so register-before-Add holds: the Add is
  * sent only for a row this committed statement inserted.
  *
@@ -37,16 +76,12 @@ import type { TypingInput } from './typing-hooks';
  * and the five separate statements are gone.
  */
 const ACCEPT = `
-with paused as (
-  -- A paused installation records and acknowledges its inputs, but badges none (pause.ts).
-  select exists (select 1 from lark_installation_settings
-                  where installation_id = $1 and paused = 'on') as held
-), receipt as (
+with receipt as (
   insert into lark_event_receipts (installation_id, event_id, event_type)
   values ($1, $2, 'im.message.receive_v1')
   on conflict do nothing
   returning 1
-), conv as (
+), ${DECIDE}, conv as (
   insert into channel_conversations as c
          (id, installation_id, workspace_id, app_id, chat_id, thread_id, last_position)
   select $3, $1, $4, $5, $6, $7, 1 from receipt
@@ -56,19 +91,22 @@ with paused as (
   insert into lark_inbound_messages
          (installation_id, event_id, message_id, chat_id, thread_id, root_id, chat_type,
           sender_open_id, message_type, content, received_at_ms,
-          session_id, position, context_revision, message_created_at_ms)
-  select $1, $2, $8, $6, $7, $9, $10, $11, $12, $13, $14, $3, conv.position, conv.context_revision, $15
-    from conv
+          session_id, position, context_revision, message_created_at_ms, unanswered)
+  select $1, $2, $8, $6, $7, $9, $10, $11, $12, $13, $14, $3, conv.position, conv.context_revision, $15,
+         case when decision.answer then null else 'not_mentioned' end
+    from conv, decision
   on conflict (installation_id, message_id) do nothing
-  returning position, context_revision
+  returning position, context_revision, unanswered
+), answered as (
+  select position, context_revision from input where unanswered is null
 ), ${enqueueCtes({
   instanceId: '$3',
   actorType: '$16',
   actorKey: '$17',
   state: `'{}'::jsonb`,
-  key: `'in:' || input.position`,
-  payload: `$18::jsonb || jsonb_build_object('position', input.position, 'contextRevision', input.context_revision)`,
-  from: 'input',
+  key: `'in:' || answered.position`,
+  payload: `$18::jsonb || jsonb_build_object('position', answered.position, 'contextRevision', answered.context_revision)`,
+  from: 'answered',
 })}, ${registerCtes({
   id: '$19',
   workspaceId: '$4',
@@ -76,27 +114,41 @@ with paused as (
   appId: '$5',
   sessionId: '$3',
   messageId: '$8',
-  position: 'input.position',
-  revision: 'input.context_revision',
+  position: 'answered.position',
+  revision: 'answered.context_revision',
   chatId: '$6',
   createdAtMs: '$15',
   sealed: '$20',
   lifetimeMs: '$21',
-  from: 'input',
-  gate: '($22::boolean and not (select held from paused))',
+  from: 'answered',
+  gate: '($22::boolean and (select badge and not paused from decision))',
 })}
 select exists (select 1 from receipt) as accepted,
        (select position from input) as position,
        (select context_revision from input) as context_revision,
-       (select held from paused) as paused,
+       (select unanswered from input) as unanswered,
+       (select badge from decision) as badge,
+       (select paused from decision) as paused,
        ${REGISTER_RESULT_COLUMNS}`;
 
 interface AcceptRow extends RegisterResultRow {
   accepted: boolean;
   position: string | null;
   context_revision: string | null;
+  unanswered: 'not_mentioned' | null;
+  badge: boolean;
   paused: boolean;
 }
+
+/**
+ * What the statement did with the event: nothing (a duplicate event, or a Lark message
+ * already recorded under another event id); recorded it as an input never to be answered; or
+ * recorded it for its conversation, with what the work after the answer needs.
+ */
+export type AcceptOutcome =
+  | { kind: 'duplicate' }
+  | { kind: 'unanswered'; reason: 'not_mentioned' }
+  | { kind: 'recorded'; recorded: RecordedInput };
 
 /**
  * The first field of a verified event whose text Postgres cannot store (U+0000 or a lone
@@ -127,8 +179,8 @@ export function unstorableField(inbound: InboundMessage): string | null {
 const MAX_ATTEMPTS = 2;
 
 /**
- * Records one verified `im.message.receive_v1` in one round trip (autocommit). Returns null
- * for a duplicate event_id or a Lark message already recorded under another event_id.
+ * Records one verified `im.message.receive_v1` in one round trip (autocommit). `botMentioned`
+ * is what the webhook found about the bot among the message's mentions (channel/mentions.ts).
  * Throws on any database error: nothing was written, no Add may be sent, and the 5xx makes
  * Lark retry.
  */
@@ -136,7 +188,8 @@ export async function acceptInboundMessage(
   pool: Pick<Pool, 'query'>,
   inbound: InboundMessage,
   keys: KeyRing,
-): Promise<RecordedInput | null> {
+  botMentioned: boolean | null = null,
+): Promise<AcceptOutcome> {
   const { installation, event, eventId } = inbound;
   const { message, sender } = event;
   const threadId = message.thread_id ?? null;
@@ -184,6 +237,10 @@ export async function acceptInboundMessage(
     prep.stale ? null : prep.sealed,
     MAX_LIFETIME_MS,
     !prep.stale,
+    botMentioned,
+    installation.apiBase.replace(/\/+$/, ''),
+    REACTION_ROUTES,
+    ...SETTINGS_ROW.params,
   ];
   let row: AcceptRow;
   for (let attempt = 1; ; attempt++) {
@@ -195,12 +252,16 @@ export async function acceptInboundMessage(
       if (attempt >= MAX_ATTEMPTS || !state || !RETRYABLE_SQLSTATES.has(state)) throw err;
     }
   }
-  if (!row.accepted || row.position === null || row.context_revision === null) return null;
+  if (!row.accepted || row.position === null || row.context_revision === null) return { kind: 'duplicate' };
+  if (row.unanswered !== null) return { kind: 'unanswered', reason: row.unanswered };
+  // No badge by the installation's setting is no skip of the ledger's (nothing to warn about).
   const registration = prep.stale
     ? { kind: 'skipped' as const, reason: 'stale_message' as const }
     : row.paused
       ? { kind: 'skipped' as const, reason: 'paused' as const }
-      : registrationOutcome(row, prep.id, message.message_id, installation);
+      : !row.badge
+        ? { kind: 'skipped' as const, reason: 'setting' as const }
+        : registrationOutcome(row, prep.id, message.message_id, installation);
   const typing: TypingInput = {
     sessionId,
     installationId: installation.id,
@@ -216,10 +277,13 @@ export async function acceptInboundMessage(
     installation,
   };
   return {
-    typing,
-    registration:
-      registration.kind === 'registered'
-        ? { sendAdd: true, ledgerId: registration.id }
-        : { sendAdd: false, ledgerId: null },
+    kind: 'recorded',
+    recorded: {
+      typing,
+      registration:
+        registration.kind === 'registered'
+          ? { sendAdd: true, ledgerId: registration.id }
+          : { sendAdd: false, ledgerId: null },
+    },
   };
 }

@@ -200,6 +200,7 @@ function replyClient(
       // A 429 on the post records its reset for every isolate (lark/rate-limits.ts).
       rateGate: {
         heldForMs: (route) => gate((g) => g.heldForMs(route)),
+        admit: (route) => gate((g) => g.admit(route)),
         limited: (route, seconds) => gate((g) => g.limited(route, seconds)),
       },
       // The console's last Open API error, only when a call failed: on the host's connection

@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { onPool } from '../db/pool';
 import type { Config } from '../env';
+import { readSettings } from '../installations/settings';
 import { type Installation, loadInstallation } from '../installations/store';
 import { log } from '../log';
 import * as ledger from '../typing-ledger';
@@ -161,8 +162,13 @@ export async function afterTurnSettled(config: Config, turn: TurnSettlement, hos
   await onPool(config, hostPool, async (pool) => {
     const ids = await ledger.settledRowIds(pool, turn);
     const results = await ledger.withdrawAfterCommit(pool, config.SECRET_KEYS, ids);
-    // Badges that predate the ledger: sweep the reply's anchor when it has no row.
-    if (turn.outcome === 'delivered') {
+    // Badges that predate the ledger: sweep the reply's anchor when it has no row. Not under
+    // `typing_badge` off or quiet: no badge of ours can be there without a row, and those
+    // settings exist to spare the app's calls (docs/operations.md "Installation settings").
+    if (
+      turn.outcome === 'delivered' &&
+      (await readSettings(pool, turn.installationId)).typing_badge === 'on'
+    ) {
       const inst = await loadInstallation(pool, config.SECRET_KEYS, turn.installationId);
       if (inst) await ledger.sweepDeliveryAnchor(pool, inst, turn.anchorMessageId);
     }

@@ -5,7 +5,7 @@ import type { AppEnv } from '../context';
 import { openPool } from '../db/pool';
 import { connectWithin } from '../db/refusal';
 import { AppError } from '../errors';
-import { INSTALLATION_ID, loadInstallation } from '../installations/store';
+import { INSTALLATION_ID } from '../installations/store';
 import { recordRejectedEvent } from '../lark/event-receipts';
 import { MessageReceiveEvent } from '../lark/schemas';
 import { type Delivery, openDelivery } from '../lark/verify';
@@ -14,6 +14,7 @@ import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
 import { acceptInboundMessage, unstorableField } from './accept';
 import { afterInboundAnswered, type InboundMessage, type RecordedInput } from './inbound';
+import { botMentioned, loadWebhookInstallation } from './mentions';
 
 /**
  * Lark allows 3 s for the answer (1 s for the URL check); the database gets half. The
@@ -100,10 +101,12 @@ async function handle(
   raw: Uint8Array,
   after: Promise<void>[],
 ) {
-  const installation = await loadInstallation(pool, c.var.config.SECRET_KEYS, installationId);
+  const loaded = await loadWebhookInstallation(pool, c.var.config.SECRET_KEYS, installationId);
+  const installation = loaded?.installation;
   let delivery: Delivery;
   try {
-    if (!installation) throw new AppError('lark_unknown_installation', 'No such Lark installation');
+    if (!loaded || !installation)
+      throw new AppError('lark_unknown_installation', 'No such Lark installation');
     delivery = await openDelivery(raw, c.req.raw.headers, installation, receivedAtMs);
   } catch (err) {
     if (err instanceof AppError) {
@@ -146,9 +149,13 @@ async function handle(
     });
     return c.json({ ok: true, rejected: 'unstorable' });
   }
-  const recorded = await acceptInboundMessage(pool, inbound, c.var.config.SECRET_KEYS);
-  if (!recorded) return c.json({ ok: true, duplicate: true });
-  after.push(runAfterAnswer(c, recorded, pool));
+  const mentioned = await botMentioned(pool, loaded, parsed.data.message);
+  const outcome = await acceptInboundMessage(pool, inbound, c.var.config.SECRET_KEYS, mentioned);
+  if (outcome.kind === 'duplicate') return c.json({ ok: true, duplicate: true });
+  // Recorded and acknowledged, never answered: no wake-up, no Add (the statement wrote neither
+  // a mailbox message nor a ledger row for it).
+  if (outcome.kind === 'unanswered') return c.json({ ok: true, unanswered: outcome.reason });
+  after.push(runAfterAnswer(c, outcome.recorded, pool));
   return c.json({ ok: true });
 }
 

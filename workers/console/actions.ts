@@ -4,6 +4,14 @@ import type { AppEnv } from '../context';
 import { actorHostStub } from '../effects/actor-host-stub';
 import { discardDeadMessage, requeueDeadMessage } from '../effects/dead-letters';
 import { AppError } from '../errors';
+import {
+  CHANGEABLE_SETTING_NAMES,
+  type SettingName,
+  SettingsChange,
+  settingFromText,
+  updateSettings,
+} from '../installations/settings';
+import { INSTALLATION_ID } from '../installations/store';
 import { constantTimeEqual } from '../lib/constant-time';
 import { log } from '../log';
 import { retentionOwner } from '../retention/routes';
@@ -21,6 +29,8 @@ export interface ActionResult {
 type Action = (c: Context<AppEnv>, s: Session, form: Form) => Promise<ActionResult>;
 
 const MessageId = z.string().regex(/^\d{1,18}$/, 'a mailbox message id');
+const InstallationId = z.string().regex(INSTALLATION_ID, 'an installation id');
+const Setting = z.enum(CHANGEABLE_SETTING_NAMES as [SettingName, ...SettingName[]]);
 const Generation = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 
 /** Wakes the instance's host after a requeue; polling delivers anyway, so a failure is only logged. */
@@ -90,6 +100,21 @@ export const ACTIONS: Record<string, Action> = {
     await wake(c, instanceId);
     return { target: `mailbox:${id}`, outcome: 'requeued', panel: 'effects' };
   },
+  // The admin route's change (PATCH /admin/lark/installations/:id/settings), one setting a form.
+  'settings-update': async (c, s, form) => {
+    const id = valid(InstallationId, form.installation);
+    const setting = valid(Setting, form.setting);
+    const text = typeof form.value === 'string' ? form.value.trim() : '';
+    const change = valid(SettingsChange, { [setting]: settingFromText(setting, text) });
+    const update = await updateSettings(c.var.db(), id, change, s.operator);
+    if (!update) throw new AppError('not_found', 'No such installation');
+    const ch = update.changed[0];
+    return {
+      target: `${id}:${setting}`,
+      outcome: ch ? `${ch.from} -> ${ch.to}` : `unchanged: ${update.settings[setting]}`,
+      panel: 'lark',
+    };
+  },
   'dead-discard': async (c, _s, form) => {
     const id = valid(MessageId, form.message);
     if (!(await discardDeadMessage(c.var.db(), id)))
@@ -103,6 +128,7 @@ export function formTarget(form: Form): string | null {
   for (const [key, prefix] of [
     ['row', ''],
     ['message', 'mailbox:'],
+    ['installation', ''],
   ] as const) {
     const v = form[key];
     if (typeof v === 'string') return `${prefix}${v.slice(0, 100)}`;

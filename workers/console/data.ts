@@ -3,6 +3,7 @@ import type { MaintenanceStatus } from '../../durable-objects/typing-maintenance
 import { BACKLOG_QUERY, COUNT_CAP } from '../admin/status';
 import type { AppEnv } from '../context';
 import { withTx } from '../db/tx';
+import { settingsFromRow } from '../installations/settings';
 import { log } from '../log';
 import { retentionOwner } from '../retention/routes';
 import type { RetentionStatus } from '../retention/types';
@@ -101,7 +102,10 @@ export async function loadConsole(c: Context<AppEnv>): Promise<ConsoleData> {
             deadLetters: await q(Q.DEAD_LETTERS),
             trends: series((await q(Q.EFFECT_TRENDS)) as never, ['dead', 'retired']),
           },
-          installations: await q(Q.INSTALLATIONS),
+          installations: (await q(Q.INSTALLATIONS)).map(({ settings_row, ...i }) => ({
+            ...i,
+            settings: settingsFromRow(settings_row as Record<string, never> | null),
+          })),
           tickets: {
             outstanding: await q(Q.TICKETS_OUTSTANDING),
             maxOutstanding: c.var.config.REACTION_TICKET_MAX_OUTSTANDING,

@@ -1,3 +1,5 @@
+import { callsTodaySql } from '../lark/call-counts';
+
 /**
  * The console's own reads (what /admin/status and the typing status route do not already
  * compute: those queries are reused from workers/admin/status.ts and
@@ -67,12 +69,15 @@ from actor_mailbox m join actor_instances i on i.id = m.instance_id
 where m.state = 'dead' order by m.message_key like 'effect:%:recovery' desc, m.dead_at_ms desc limit 20`;
 
 /**
- * Installations with their last webhook event (receipts: 24 h), last Open API error, and the
+ * Installations with their last webhook event (receipts: 24 h), last Open API error, the
  * routes a recorded Lark 429 reset holds now (lark/rate-limits.ts: nothing is sent on them
- * until `until`; primary-key prefix reads).
+ * until `until`; primary-key prefix reads), their settings row (null: every default; read
+ * through installations/settings.ts) and the app's Lark calls today (lark/call-counts.ts).
  */
 export const INSTALLATIONS = `
 select i.id, i.workspace_id, i.app_id, i.api_base,
+  (select to_jsonb(s) from lark_installation_settings s where s.installation_id = i.id) as settings_row,
+  ${callsTodaySql(`rtrim(i.api_base, '/')`, 'i.app_id')}::float8 as calls_today,
   (select max(r.received_at) from lark_event_receipts r where r.installation_id = i.id) as last_event_at,
   (select json_agg(json_build_object('route', l.route, 'until', l.not_before) order by l.route)
      from lark_rate_limits l

@@ -1,4 +1,5 @@
 import { html } from 'hono/html';
+import { CHANGEABLE_SETTING_NAMES, SETTING_NAMES } from '../installations/settings';
 import { bars } from './charts';
 import type { ConsoleData } from './data';
 
@@ -139,17 +140,28 @@ function holds(v: unknown) {
   return list.map((h) => html`${badge(h.route, 'warn')} until ${when(h.until)} `);
 }
 
-function larkPanel(d: ConsoleData) {
+/** An installation's settings (docs/operations.md "Installation settings"), and the form that changes one. */
+function settingsCell(csrf: string, i: Row) {
+  const settings = (i.settings ?? {}) as Record<string, unknown>;
+  const list = SETTING_NAMES.map(
+    (n) => html`<span data-setting="${n}">${n} <b>${String(settings[n])}</b></span><br>`,
+  );
+  const select = html`<select name="setting" required>${CHANGEABLE_SETTING_NAMES.map((n) => html`<option value="${n}">${n}</option>`)}</select>
+    <input name="value" required maxlength="20" size="8" placeholder="value">`;
+  return html`${list}${actionForm(csrf, 'settings-update', 'Change', { installation: String(i.id) }, select)}`;
+}
+
+function larkPanel(d: ConsoleData, csrf: string) {
   return html`<section class="panel" id="panel-lark"><h2>Lark installations</h2>
     ${
       d.installations
-        ? html`<table><tr><th>installation</th><th>workspace</th><th>app</th><th>API host</th><th>last event (24 h)</th><th>last Open API error</th><th>held by a Lark 429</th></tr>
+        ? html`<table><tr><th>installation</th><th>workspace</th><th>app</th><th>API host</th><th>last event (24 h)</th><th>last Open API error</th><th>held by a Lark 429</th><th class="num">Lark calls today (UTC)</th><th>settings</th></tr>
       ${d.installations.map(
         (
           i,
         ) => html`<tr><td>${i.id}</td><td>${i.workspace_id}</td><td>${i.app_id}</td><td>${i.api_base}</td><td>${when(i.last_event_at)}</td>
         <td>${i.error_at ? html`${badge(`code ${i.error_code} (HTTP ${i.error_http_status})`, 'bad')} ${i.error_route} at ${when(i.error_at)}` : badge('none', 'ok')}</td>
-        <td>${holds(i.holds)}</td></tr>`,
+        <td>${holds(i.holds)}</td>${num(i.calls_today)}<td>${settingsCell(csrf, i)}</td></tr>`,
       )}</table>`
         : unavailable
     }
@@ -222,5 +234,5 @@ export function dashboardView(d: ConsoleData, p: { operator: string; csrf: strin
   return html`<header><h1>reaction-ledger console</h1><span class="muted">database time ${when(d.dbNow)}</span>
     <span>signed in as <b>${p.operator}</b></span>
     <form method="post" action="/console/logout"><input type="hidden" name="csrf" value="${p.csrf}"><button type="submit">Sign out</button></form></header>
-    <main>${typingPanel(d, p.csrf, p.abandoned)}${effectsPanel(d, p.csrf)}${larkPanel(d)}${retentionPanel(d, p.csrf)}${ticketsPanel(d)}${auditPanel(d)}</main>`;
+    <main>${typingPanel(d, p.csrf, p.abandoned)}${effectsPanel(d, p.csrf)}${larkPanel(d, p.csrf)}${retentionPanel(d, p.csrf)}${ticketsPanel(d)}${auditPanel(d)}</main>`;
 }

@@ -221,6 +221,21 @@ export interface LarkApiErrors {
   route: string;
 }
 
+export interface LarkBotIdentities {
+  api_base: string;
+  app_id: string;
+  fetched_at: Generated<Timestamp>;
+  installation_id: string;
+  open_id: string;
+}
+
+export interface LarkCallCounts {
+  api_base: string;
+  app_id: string;
+  calls: Generated<Int8>;
+  day: Timestamp;
+}
+
 export interface LarkEventReceipts {
   event_id: string;
   event_type: string;
@@ -247,6 +262,7 @@ export interface LarkInboundMessages {
   sender_open_id: string | null;
   session_id: string | null;
   thread_id: string | null;
+  unanswered: string | null;
 }
 
 export interface LarkInstallations {
@@ -266,7 +282,10 @@ export interface LarkInstallationSettings {
   failure_notice: Generated<string>;
   installation_id: string;
   paused: Generated<string>;
+  reply_in_groups: Generated<string>;
   reply_mode: Generated<string>;
+  typing_badge: Generated<string>;
+  typing_daily_call_budget: Int8 | null;
   updated_at: Generated<Timestamp>;
   updated_by: string;
 }
@@ -433,6 +452,8 @@ export interface DB {
   effect_recovery_checks: EffectRecoveryChecks;
   effects: Effects;
   lark_api_errors: LarkApiErrors;
+  lark_bot_identities: LarkBotIdentities;
+  lark_call_counts: LarkCallCounts;
   lark_event_receipts: LarkEventReceipts;
   lark_inbound_messages: LarkInboundMessages;
   lark_installation_settings: LarkInstallationSettings;

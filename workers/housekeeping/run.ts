@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { withTx } from '../db/tx';
+import { pruneCallCounts } from '../lark/call-counts';
 import { log } from '../log';
 import { pruneSettledInputs, pruneTerminalTurns } from './channel-history';
 import { pruneConsoleHistory } from './console-history';
@@ -7,7 +8,7 @@ import { pruneIdleConversations } from './conversations';
 import type { HousekeepingSettings } from './settings';
 import { pruneExpiredTickets } from './tickets';
 
-export type StepName = 'tickets' | 'turns' | 'inputs' | 'conversations' | 'console';
+export type StepName = 'tickets' | 'turns' | 'inputs' | 'conversations' | 'console' | 'lark_calls';
 
 /** Rows deleted per step; null when the step failed (logged, the others still ran). */
 export type HousekeepingReport = Record<StepName, number | null>;
@@ -23,6 +24,8 @@ const STEPS: [StepName, Step][] = [
   ['conversations', (tx, s) => pruneIdleConversations(tx, s.conversationIdleMs, s.batchRows)],
   // The console's history and audit (migration 0090): independent of the others.
   ['console', (tx, s) => pruneConsoleHistory(tx, s.batchRows)],
+  // The apps' daily Lark call counts (migration 0190), 7 days after their day: independent too.
+  ['lark_calls', (tx, s) => pruneCallCounts(tx, s.batchRows)],
 ];
 
 /**
@@ -37,7 +40,14 @@ export async function runHousekeeping(
   settings: HousekeepingSettings,
   only?: StepName[],
 ): Promise<HousekeepingReport> {
-  const report: HousekeepingReport = { tickets: 0, turns: 0, inputs: 0, conversations: 0, console: 0 };
+  const report: HousekeepingReport = {
+    tickets: 0,
+    turns: 0,
+    inputs: 0,
+    conversations: 0,
+    console: 0,
+    lark_calls: 0,
+  };
   for (const [name, step] of STEPS) {
     if (only && !only.includes(name)) continue;
     try {

@@ -15,6 +15,7 @@ import {
 import type { LarkRoute, RateGate } from './rate-limits';
 import {
   ApiEnvelope,
+  BotInfoResponse,
   CardUpdateResponse,
   CreateCardResponse,
   type Reaction,
@@ -61,7 +62,8 @@ const TOKEN_ROUTE: LarkRoute = 'auth.tenant_access_token';
  * Failures are `LarkApiError` with a `kind` the caller switches on. With a `rateGate`
  * (lark/rate-limits.ts), no API call is sent while its route is held by a recorded 429
  * reset (a `notSent` 99991400 failure instead), and every 429 reset is recorded; the token
- * endpoint is one of those routes (a cached token is used whatever its hold).
+ * endpoint is one of those routes (a cached token is used whatever its hold). Every call the
+ * gate lets through is counted in the app's calls of the day (lark/call-counts.ts).
  */
 export class LarkClient {
   private readonly base: string;
@@ -186,6 +188,13 @@ export class LarkClient {
     return this.authed('cardkit.update', 'PATCH', path, body, CardUpdateResponse, call).then(() => undefined);
   }
 
+  /** The bot's own open_id (reference §6 "Mentions"): what a message @-mentioning the bot carries. */
+  botOpenId(call: CallOptions): Promise<string> {
+    return this.authed('bot.info', 'GET', '/open-apis/bot/v3/info', undefined, BotInfoResponse, call).then(
+      (r) => r.bot.open_id,
+    );
+  }
+
   /** The cached tenant token, fetched when missing or inside the safety margin. */
   async tenantToken(call: CallOptions): Promise<string> {
     const key = tokenCacheKey(this.base, this.creds.appId);
@@ -275,10 +284,13 @@ export class LarkClient {
     }
   }
 
-  /** Before each API call: a route held by a recorded reset is not called (nothing is sent). */
+  /**
+   * Before each API call: a route held by a recorded reset is not called (nothing is sent);
+   * a call let through is counted in the app's calls of the day (rate-limits.ts `admit`).
+   */
   private async holdBack(api: LarkRoute, what: string): Promise<void> {
     if (!this.gate) return;
-    const ms = await this.gate.heldForMs(api);
+    const ms = await this.gate.admit(api);
     if (ms <= 0) return;
     throw new LarkApiError(
       'retryable',

@@ -55,6 +55,15 @@ export const CreateCardResponse = z.looseObject({
 /** Any CardKit update's answer: success is the envelope's code 0. */
 export const CardUpdateResponse = z.looseObject({ code: z.literal(0) });
 
+/**
+ * `GET /open-apis/bot/v3/info` (reference §6): the bot itself, at the top level (no `data`).
+ * Only its open_id is read: a message @-mentioning the bot names it in `mentions[].id.open_id`.
+ */
+export const BotInfoResponse = z.looseObject({
+  code: z.literal(0),
+  bot: z.looseObject({ open_id: z.string().min(1).max(128) }),
+});
+
 // ---- events -------------------------------------------------------------------------
 
 /** `{"encrypt": "..."}`: the whole payload when an Encrypt Key is configured. */
