@@ -77,6 +77,8 @@ describe('console: installation settings', () => {
       ['typing_badge', 'loud'],
       ['typing_daily_call_budget', '0'],
       ['no_such_setting', 'on'],
+      // Only the pause and resume routes change it.
+      ['paused', 'on'],
     ] as const) {
       const bad = await action(s, 'settings-update', { installation: inst.id, setting, value });
       expect(bad.status, `${setting}=${value}`).toBe(400);
@@ -93,10 +95,13 @@ describe('console: installation settings', () => {
       typing_badge: 'on',
       reply_in_groups: 'mentioned',
       typing_daily_call_budget: 2500,
+      failure_notice: 'none',
+      paused: 'off',
     });
     expect(await audit(operator)).toEqual([
       { action: 'settings-update', target: `${inst.id}:reply_in_groups`, outcome: 'always -> mentioned' },
       { action: 'settings-update', target: `${inst.id}:typing_daily_call_budget`, outcome: 'none -> 2500' },
+      { action: 'settings-update', target: inst.id, outcome: 'refused: validation_failed' },
       { action: 'settings-update', target: inst.id, outcome: 'refused: validation_failed' },
       { action: 'settings-update', target: inst.id, outcome: 'refused: validation_failed' },
       { action: 'settings-update', target: inst.id, outcome: 'refused: validation_failed' },
