@@ -117,7 +117,10 @@ export async function setup(world: World, model: Model): Promise<void> {
     });
     const res = await world.admin(`register installation ${i}`, 'POST', '/admin/lark/installations', {
       workspace_id: `ws_chaos${i}`,
-      ...app,
+      app_id: app.app_id,
+      app_secret: app.app_secret,
+      verification_token: app.verification_token,
+      encrypt_key: app.encrypt_key,
     });
     if (res?.status !== 201)
       throw new Error(`setup: installation ${i}: ${res?.status} ${JSON.stringify(res?.body)}`);

@@ -34,6 +34,8 @@ export const ALERTS: Readonly<Record<string, AlertRule>> = {
   typing_manual_removal: { level: 'info', key: [], deliver: false },
   typing_add_failed: { level: 'warn', key: ['outcome', 'code'] },
   lark_rate_limit_record_failed: { level: 'warn', key: ['appId', 'route'] },
+  lark_bot_identity_failed: { level: 'warn', key: ['installationId'] },
+  lark_bot_identity_store_failed: { level: 'warn', key: ['installationId'] },
   typing_add_error: { level: 'error', key: [] },
   typing_retry_schedule_failed: { level: 'warn', key: [] },
   typing_add_record_failed: { level: 'warn', key: ['stage'] },
