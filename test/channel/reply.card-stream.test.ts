@@ -457,6 +457,57 @@ describe('streaming card replies (issue 34)', { timeout: 40_000 }, () => {
     expect(await repliesTo(anchor)).toHaveLength(1);
   });
 
+  it('card.mode_fixed_per_turn: a turn keeps the reply mode its first run chose, whatever the setting says by its next generation (chaos replay reply-mode-switch)', async () => {
+    const setMode = (mode: string) =>
+      admin(`/${suite.app.installationId}/settings`, {
+        method: 'PATCH',
+        body: { operator: 'test', settings: { reply_mode: mode } },
+      });
+    // Text first: the first generation posts its text, then dies; the operator switches to cards.
+    setAgentOverride(scriptedAgent((t) => [{ done: `text answer of gen ${t.generation}` }]));
+    const textChat = newChat(suite.app);
+    await setMode('text');
+    const textAnchor = await say(textChat, 'text first, then cards');
+    await pump(textChat);
+    await flushOnly(textChat);
+    const first = await doomedRun(textChat);
+    expect(await first.run).toMatchObject({ result: { outcome: 'delivered' } });
+    await setMode('card_stream');
+    await first.die();
+    expect(await untilSettled(pool, textChat, 1)).toMatchObject({ outcome: 'delivered', generation: 2 });
+    expect(await cardsFor(textAnchor)).toEqual([]);
+    const texts = await repliesTo(textAnchor);
+    expect(texts.map((r) => JSON.parse(r.content))).toEqual([{ text: 'text answer of gen 1' }]);
+
+    // Cards first: the first generation's card is streaming when it dies; the operator switches to text.
+    setAgentOverride(
+      scriptedAgent((t) =>
+        t.generation === 1
+          ? [{ show: 'card first' }, { hang: true }]
+          : [{ show: 'card again' }, { done: 'card, complete' }],
+      ),
+    );
+    const cardChat = newChat(suite.app);
+    const cardAnchor = await say(cardChat, 'cards first, then text');
+    await pump(cardChat);
+    await flushOnly(cardChat);
+    const second = await doomedRun(cardChat);
+    await until(
+      'the card sent',
+      () => cardsFor(cardAnchor),
+      (cs) => cs.some((c) => c.sent !== null),
+    );
+    await setMode('text');
+    await second.die();
+    expect(await untilSettled(pool, cardChat, 1)).toMatchObject({ outcome: 'delivered', generation: 2 });
+    const card = await onlyCard(cardAnchor);
+    expect(card.finished).toBe(true);
+    expect(textOfCard(card)).toBe('card, complete');
+    expect(await repliesTo(cardAnchor)).toHaveLength(1);
+    second.abort.abort(new Error('the old incarnation ends'));
+    await second.run;
+  });
+
   it('card.create_refused_falls_back_to_text: an app CardKit refuses (no scope) still gets its answer, as one text reply', async () => {
     setAgentOverride(scriptedAgent(() => [{ show: 'part', visible: false }, { done: 'the whole answer' }]));
     const { chat, anchor } = await startedTurn('no cardkit here');

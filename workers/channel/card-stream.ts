@@ -86,6 +86,8 @@ export class CardStream {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private inFlight: Promise<void> | null = null;
   private fatal: unknown = null;
+  /** An update was refused: a newer writer owns the card, or it is closed. No more pushes. */
+  private refused = false;
   private pushesRefused = 0;
   private pushesFailed = 0;
   private heldUntil = 0;
@@ -125,7 +127,7 @@ export class CardStream {
   }
 
   private schedule(): void {
-    if (this.fatal || this.timer || this.inFlight || this.latest === this.pushed) return;
+    if (this.fatal || this.refused || this.timer || this.inFlight || this.latest === this.pushed) return;
     const wait = Math.max(0, this.lastPushAt + this.interval - this.now(), this.heldUntil - this.now());
     this.timer = setTimeout(() => {
       this.timer = null;
@@ -171,9 +173,12 @@ export class CardStream {
         return;
       }
       if (err instanceof LarkApiError && err.kind !== 'retryable') {
-        // A refused update (a newer writer's sequence, Lark's answer UNCONFIRMED): the finish
-        // still runs and decides; counted in the stream's one log line.
+        // A refused update (a newer writer's sequence, or a closed card; Lark's answer
+        // UNCONFIRMED): this writer pushes no more (retrying would only be refused again, and
+        // fast enough to spend the card's rate); the finish still runs and decides. Counted in
+        // the stream's one log line.
         this.pushesRefused++;
+        this.refused = true;
         return;
       }
       // By design: a failed push is not retried, the next one carries the whole text.

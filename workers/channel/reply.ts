@@ -60,12 +60,16 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
     async run(effect: ClaimedEffect, signal: AbortSignal, ctx?: EffectRunContext): Promise<ReplyResult> {
       const args = effect.args as ReplyArgs;
       const config = deps.config();
-      const { installation, pastDedup, settings } = await onPool(config, ctx?.pool, async (pool) => ({
+      const { installation, pastDedup, replyMode } = await onPool(config, ctx?.pool, async (pool) => ({
         installation: await loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
         // Any later run of the turn (a replacement, or a run retried after a rate-limit hold:
         // both carry the turn's delivery key) ends once the turn is past its deadline.
         pastDedup: args.deliveryKey !== null && (await turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
-        settings: await readSettings(pool, args.session.installationId),
+        replyMode: await turnReplyMode(
+          pool,
+          args,
+          (await readSettings(pool, args.session.installationId)).reply_mode,
+        ),
       }));
       if (!installation) return { outcome: 'failed', replyMessageId: null, reason: 'installation_gone' };
       const app = { apiBase: installation.apiBase, appId: installation.appId };
@@ -79,7 +83,7 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       const ask = agentAsker(config, deps, args, signal);
       const lark = replyClient(deps, config, installation, gate, ctx);
       let text: string | null = null;
-      if (settings.reply_mode === 'card_stream') {
+      if (replyMode === 'card_stream') {
         const result = await cardReply({
           args,
           lark,
@@ -242,6 +246,26 @@ async function measured<T>(started: number, answer: Promise<T>): Promise<T> {
     metric('agent_ms', since(started), err instanceof AppError ? err.code : 'error');
     throw err;
   }
+}
+
+/**
+ * The turn's reply mode: the one its first run recorded, else `setting`, recorded now (one
+ * statement; the first writer wins). Every generation of a turn posts with its one uuid, so
+ * answering in another mode than an earlier generation would let Lark's dedup return that
+ * generation's message as this one's (migration 0186).
+ */
+async function turnReplyMode(
+  pool: Pick<Pool, 'query'>,
+  args: Pick<ReplyArgs, 'sessionId' | 'turnNo'>,
+  setting: 'text' | 'card_stream',
+): Promise<'text' | 'card_stream'> {
+  const { rows } = await pool.query<{ reply_mode: 'text' | 'card_stream' }>(
+    `update channel_turns set reply_mode = coalesce(reply_mode, $3)
+      where session_id = $1 and turn_no = $2
+      returning reply_mode`,
+    [args.sessionId, args.turnNo, setting],
+  );
+  return rows[0]?.reply_mode ?? setting;
 }
 
 /** Whether the turn began more than `ms` ago in database time (its `channel_turns.started_at`). */

@@ -102,6 +102,7 @@ export interface ChannelTurns {
   input_count: number;
   outcome: string | null;
   reply_message_id: string | null;
+  reply_mode: string | null;
   session_id: string;
   settled_at: Timestamp | null;
   started_at: Generated<Timestamp>;
