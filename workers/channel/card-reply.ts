@@ -6,6 +6,7 @@ import { log } from '../log';
 import { CardRefused, CardStream, type CardStreamDeps, cardJson } from './card-stream';
 import { localeOf, notice } from './notices';
 import { findCard, markFinished, reserveSequences, type TurnKey } from './reply-cards';
+import { held, notDelivered } from './reply-results';
 import type { ReplyArgs, ReplyResult } from './types';
 
 export interface CardReplyInput {
@@ -85,29 +86,11 @@ export async function cardReply(p: CardReplyInput): Promise<ReplyResult | TextFa
       });
       return { fallbackText: answer.text };
     }
-    if (err instanceof CardRefused && err.cause instanceof LarkApiError) {
-      const lark = err.cause;
-      log.warn('channel_reply_not_delivered', {
-        sessionId: args.sessionId,
-        turnNo: args.turnNo,
-        kind: lark.kind,
-        larkCode: lark.code,
-      });
-      return {
-        outcome: lark.kind === 'already_gone' ? 'anchor_gone' : 'failed',
-        replyMessageId: null,
-        reason: `lark_${lark.code}`,
-      };
-    }
+    if (err instanceof CardRefused && err.cause instanceof LarkApiError) return notDelivered(args, err.cause);
     if (err instanceof CardRefused)
       return { outcome: 'failed', replyMessageId: null, reason: 'card_sequence_spent' };
     if (err instanceof LarkApiError && (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE))
-      return {
-        outcome: 'held',
-        replyMessageId: null,
-        reason: 'lark_rate_limited',
-        retryAfterMs: (err.retryAfterSeconds ?? 1) * 1000,
-      };
+      return held(args, (err.retryAfterSeconds ?? 1) * 1000);
     throw err;
   }
 }

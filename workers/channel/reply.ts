@@ -16,6 +16,7 @@ import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
 import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
 import { findCard } from './reply-cards';
+import { held, notDelivered } from './reply-results';
 import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
 /** Lark's part of a reply run (token + post, with one token refresh) gets this much. */
@@ -158,17 +159,7 @@ async function postText(
     if (err instanceof LarkApiError && (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE))
       return held(args, (err.retryAfterSeconds ?? 1) * 1000);
     if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
-    log.warn('channel_reply_not_delivered', {
-      sessionId: args.sessionId,
-      turnNo: args.turnNo,
-      kind: err.kind,
-      larkCode: err.code,
-    });
-    return {
-      outcome: err.kind === 'already_gone' ? 'anchor_gone' : 'failed',
-      replyMessageId: null,
-      reason: `lark_${err.code}`,
-    };
+    return notDelivered(args, err);
   }
 }
 
@@ -220,20 +211,6 @@ function replyClient(
       },
     },
   );
-}
-
-/**
- * A reply Lark's rate limit held back (nothing was posted): the conversation runs the same
- * generation again at the reset, and that run fails once the turn is past its deadline.
- */
-function held(args: ReplyArgs, retryAfterMs: number): ReplyResult {
-  log.warn('channel_reply_rate_limited', {
-    sessionId: args.sessionId,
-    turnNo: args.turnNo,
-    generation: args.generation,
-    retryAfterMs,
-  });
-  return { outcome: 'held', replyMessageId: null, reason: 'lark_rate_limited', retryAfterMs };
 }
 
 /** The agent's answer time (agent_ms), labelled with its outcome: ok or the failure's code. */
