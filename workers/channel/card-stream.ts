@@ -37,6 +37,11 @@ export const MIN_PUSH_INTERVAL_MS = 250;
 export const APP_PUSHES_PER_SECOND = 40;
 /** Sequences reserved per statement: one reservation serves this many updates. */
 export const SEQUENCE_BLOCK = 16;
+/** How often a stream re-counts its installation's cards streaming (its pace follows them). */
+export const PACE_REFRESH_MS = 2000;
+/** A finish held by a recorded 429 waits for resets up to this long, at most this often. */
+const FINISH_HOLD_MAX_MS = 3000;
+const FINISH_ATTEMPTS = 3;
 /** One push or finish call gets this much of the run's time. */
 const CALL_BUDGET_MS = 3000;
 
@@ -92,6 +97,7 @@ export class CardStream {
   private pushesFailed = 0;
   private heldUntil = 0;
   private interval = MIN_PUSH_INTERVAL_MS;
+  private paceReadAt = 0;
   private readonly now: () => number;
 
   private constructor(
@@ -153,6 +159,14 @@ export class CardStream {
         }
       }
       const card = this.card!;
+      // Cards started together each counted few others when they opened: the pace follows
+      // the installation's cards streaming now, so together they stay within the app's share.
+      if (this.now() - this.paceReadAt >= PACE_REFRESH_MS) {
+        this.paceReadAt = this.now();
+        this.interval = pushIntervalMs(
+          await this.deps.db((q) => streamingCards(q, this.deps.turn.installationId)),
+        );
+      }
       const sequence = await this.takeSequence();
       await this.deps.lark.setCardElementText(
         card.cardId,
@@ -244,6 +258,33 @@ export class CardStream {
   }
 
   /**
+   * The finish: the card replaced whole. A short 429 hold (recorded by any isolate, or answered
+   * now) is waited out, up to FINISH_ATTEMPTS times: the agent's answer is in hand, and a
+   * replacement run would ask the agent again. A longer hold, or the last one, is the caller's
+   * (`held`: the same generation later).
+   */
+  private async replaceWaitingOutHolds(card: ReplyCard, text: string): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const sequence = await this.takeSequence();
+        await this.deps.lark.replaceCard(
+          card.cardId,
+          { card: cardJson(text, false), sequence },
+          { deadline: new Deadline(CALL_BUDGET_MS), signal: this.deps.signal },
+        );
+        return;
+      } catch (err) {
+        const limited =
+          err instanceof LarkApiError && (err.httpStatus === 429 || err.code === RATE_LIMITED_CODE);
+        const waitMs = limited ? (err.retryAfterSeconds ?? 1) * 1000 : Number.POSITIVE_INFINITY;
+        if (attempt >= FINISH_ATTEMPTS || waitMs > FINISH_HOLD_MAX_MS || this.deps.signal.aborted) throw err;
+        // By design: a rate limit is waited out, not retried at once (the hold is recorded).
+        await new Promise((r) => setTimeout(r, waitMs));
+      }
+    }
+  }
+
+  /**
    * The card's final state: created and sent if no writer sent it yet, then replaced whole with
    * `text` and streaming off, then recorded finished. Throws what stopped the stream.
    */
@@ -251,12 +292,7 @@ export class CardStream {
     await this.settle();
     if (this.fatal) throw this.fatal;
     const card = await this.ensureSent(text);
-    const sequence = await this.takeSequence();
-    await this.deps.lark.replaceCard(
-      card.cardId,
-      { card: cardJson(text, false), sequence },
-      { deadline: new Deadline(CALL_BUDGET_MS), signal: this.deps.signal },
-    );
+    await this.replaceWaitingOutHolds(card, text);
     await this.deps.db((q) => markFinished(q, this.deps.turn));
     if (this.pushesFailed + this.pushesRefused > 0)
       log.warn('channel_card_pushes_lost', {
