@@ -213,7 +213,7 @@ it('hundreds of concurrent emit/claim/complete/fail/poll/check/prune operations:
               where r.origin_instance_id = any($1::text[]) and r.retired_at_ms is not null
                 and (e.status <> 'completed' or e.result is not null or e.locked_by is not null)`),
   ).toEqual([]);
-  // Only status-only or recovery-bound effects were retired: never an unbound or status-only one.
+  // Only recovery-bound effects were retired: never an unbound or a status-only one.
   expect(
     await q(`select effect_id from effect_recoveries where origin_instance_id = any($1::text[])
               and retired_at_ms is not null and recovery_operation is null`),
