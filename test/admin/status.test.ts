@@ -1,7 +1,13 @@
 import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { BACKLOG_QUERY } from '../../workers/admin/status';
+import { enqueueMessage, ensureInstance } from '../../workers/effects/mailbox';
+import { registerProcess } from '../../workers/effects/processes';
+import { claimEffects } from '../../workers/effects/scheduler';
 import worker from '../../workers/index';
+import { ageHeartbeat, emit } from '../effects/helpers';
+import { testPool, uid } from '../helpers/db';
 
 const auth = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
 
@@ -23,7 +29,65 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
+const pool = testPool(2);
+afterAll(() => pool.end());
+
+type Backlog = Record<string, number>;
+async function backlog(): Promise<Backlog> {
+  const res = await exports.default.fetch('http://test/admin/status', { headers: auth });
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { backlog: Backlog }).backlog;
+}
+
 describe('GET /admin/status', () => {
+  it('status.counts_and_caps: seeded backlogs are counted exactly, and every count stops at the cap', async () => {
+    const before = await backlog();
+    const inst = await ensureInstance(pool, 'status-test', uid('s'));
+    await emit(
+      pool,
+      inst,
+      Array.from({ length: 6 }, () => ({ kind: 'status.noop' })),
+    );
+    const owner = await registerProcess(pool, 'status-owner');
+    expect(await claimEffects(pool, owner, { limit: 2, instanceId: inst })).toHaveLength(2);
+    for (const key of ['a', 'b', 'c']) await enqueueMessage(pool, inst, `status:${key}`, {});
+    // A recovery callback the actor never took (dead-lettered), and two owners gone silent.
+    await pool.query(
+      `insert into actor_mailbox (instance_id, message_key, state)
+       values ($1, 'effect:' || gen_random_uuid() || ':recovery', 'dead')`,
+      [inst],
+    );
+    for (const name of ['status-stale-1', 'status-stale-2'])
+      await ageHeartbeat(
+        pool,
+        await registerProcess(pool, name),
+        Number(env.EFFECT_STALE_AFTER_MS ?? 30_000) + 1000,
+      );
+    const after = await backlog();
+    const delta = Object.fromEntries(
+      Object.keys(after)
+        .filter((k) => k !== 'db_now')
+        .map((k) => [k, after[k]! - before[k]!]),
+    );
+    expect(delta).toMatchObject({
+      effects_pending: 4,
+      effects_processing: 2,
+      mailbox_pending: 3,
+      dead_recovery_callbacks: 1,
+      live_processes: 1,
+      stale_processes: 2,
+    });
+    // The same query with a cap of 2: no count passes it, whatever the table holds.
+    const { rows } = await pool.query<Backlog>(BACKLOG_QUERY, [
+      2,
+      Number(env.EFFECT_STALE_AFTER_MS ?? 30_000),
+    ]);
+    const capped = rows[0]!;
+    for (const key of ['effects_pending', 'effects_processing', 'mailbox_pending', 'stale_processes'])
+      expect(capped[key], key).toBe(2);
+    expect(capped.dead_recovery_callbacks).toBeLessThanOrEqual(2);
+  });
+
   it('requires the admin token', async () => {
     const res = await exports.default.fetch('http://test/admin/status');
     expect(res.status).toBe(401);
