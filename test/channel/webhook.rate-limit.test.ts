@@ -3,7 +3,7 @@ import { env } from 'cloudflare:workers';
 import { afterAll, describe, expect, it } from 'vitest';
 import worker from '../../workers/index';
 import { testPool } from '../helpers/db';
-import { buildEvent, installApp } from './helpers';
+import { buildEvent, installApp } from '../lark/helpers';
 
 const pool = testPool(2);
 afterAll(() => pool.end());

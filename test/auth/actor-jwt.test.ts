@@ -9,7 +9,7 @@ import type { AppError } from '../../workers/errors';
 import worker from '../../workers/index';
 import { type JwksMode, startJwksServer } from '../helpers/jwks';
 import { captureLogLines } from '../helpers/logs';
-import { call, issue, opId, put, reactions, retire, seedWorld, tokenFor } from './helpers';
+import { call, issue, opId, put, reactions, retire, seedWorld, tokenFor } from '../reaction-tickets/helpers';
 
 const SECRET = 'a-test-secret-that-is-long-enough-0123456789';
 afterEach(() => {

@@ -3,7 +3,7 @@ import { MAX_INPUT_TEXT } from '../../workers/channel/session';
 import { testPool } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
 import { changedTables, tableSums } from '../helpers/tables';
-import { buildEvent, installApp, submit, type TestApp } from './helpers';
+import { buildEvent, installApp, submit, type TestApp } from '../lark/helpers';
 
 /**
  * Issue 16 item 2: a correctly signed event whose content Postgres cannot store is Lark's

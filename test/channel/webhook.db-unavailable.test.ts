@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import worker from '../../workers/index';
 import { refusedRole, testPool } from '../helpers/db';
 import { changedTables, tableSums } from '../helpers/tables';
-import { buildEvent, installApp } from './helpers';
+import { buildEvent, installApp } from '../lark/helpers';
 
 const pool = testPool(2);
 // A role the server refuses at connect (53300), for this file only, whatever the load.

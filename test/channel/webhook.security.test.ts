@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { testPool } from '../helpers/db';
-import { buildEvent, installApp, submit } from './helpers';
+import { buildEvent, installApp, submit } from '../lark/helpers';
 
 const pool = testPool(2);
 afterAll(() => pool.end());
