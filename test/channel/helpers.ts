@@ -7,7 +7,7 @@ import type { ConversationState } from '../../workers/channel/conversation';
 import { actorHostStub } from '../../workers/effects/actor-host-stub';
 import '../../workers/channel/engine';
 import { sessionIdOf } from '../../workers/channel/session';
-import { type TurnRow, turnsOf } from '../../workers/channel/turns';
+import type { TurnOutcome } from '../../workers/channel/typing-hooks';
 import { loadInstance } from '../../workers/effects/mailbox';
 import worker from '../../workers/index';
 import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
@@ -115,7 +115,31 @@ export async function stateOf(pool: Pool, chat: Chat): Promise<ConversationState
   return (await loadInstance(pool, chat.sessionId))!.state as ConversationState;
 }
 
-export const turns = (pool: Pool, chat: Chat): Promise<TurnRow[]> => turnsOf(pool, chat.sessionId);
+export interface TurnRow {
+  session_id: string;
+  turn_no: number;
+  context_revision: string;
+  first_position: string;
+  cutoff_position: string;
+  input_count: number;
+  anchor_message_id: string;
+  delivery_key: string;
+  generation: number;
+  effect_id: string;
+  outcome: TurnOutcome | null;
+  reply_message_id: string | null;
+}
+
+/** A chat's turns, oldest first (the tests' read of channel_turns; production reads none whole). */
+export async function turns(pool: Pool, chat: Chat): Promise<TurnRow[]> {
+  const { rows } = await pool.query<TurnRow>(
+    `select session_id, turn_no, context_revision, first_position, cutoff_position, input_count,
+            anchor_message_id, delivery_key, generation, effect_id, outcome, reply_message_id
+       from channel_turns where session_id = $1 order by turn_no limit 100`,
+    [chat.sessionId],
+  );
+  return rows;
+}
 
 /** Moves database time past the debounce and runs the host's alarm (the debounce timer). */
 export async function fireDebounce(pool: Pool, chat: Chat): Promise<void> {

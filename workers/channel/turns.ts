@@ -73,33 +73,3 @@ export async function settleTurnRow(
   if (settled) metric('turn_ms', settled.ms, outcome);
   return settled !== undefined;
 }
-
-export interface TurnRow {
-  session_id: string;
-  turn_no: number;
-  context_revision: string;
-  first_position: string;
-  cutoff_position: string;
-  input_count: number;
-  anchor_message_id: string;
-  delivery_key: string;
-  generation: number;
-  effect_id: string;
-  outcome: TurnOutcome | null;
-  reply_message_id: string | null;
-}
-
-/** A session's turns, oldest first (inspection, the demo, tests). */
-export async function turnsOf(
-  q: Pick<PoolClient, 'query'>,
-  sessionId: string,
-  limit = 100,
-): Promise<TurnRow[]> {
-  const { rows } = await q.query<TurnRow>(
-    `select session_id, turn_no, context_revision, first_position, cutoff_position, input_count,
-            anchor_message_id, delivery_key, generation, effect_id, outcome, reply_message_id
-       from channel_turns where session_id = $1 order by turn_no limit $2`,
-    [sessionId, limit],
-  );
-  return rows;
-}
