@@ -113,6 +113,8 @@ export class CardStream {
     const existing = await deps.db((q) => findCard(q, deps.turn));
     const stream = new CardStream(deps, existing);
     stream.interval = pushIntervalMs(await deps.db((q) => streamingCards(q, deps.turn.installationId)));
+    // Counted now: the first pushes need not count again until the refresh is due.
+    stream.paceReadAt = stream.now();
     return stream;
   }
 
