@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { testPool } from '../helpers/db';
+import { blockedBehind, testPool } from '../helpers/db';
 import { buildEvent, emu, installApp, submit, type TestApp } from '../lark/helpers';
-import { newChat } from './helpers';
+import { expectDeadlocks, txRetries } from '../setup/tx-retries';
+import { newChat, say } from './helpers';
 
 /**
  * The webhook records an event in ONE autocommit statement (workers/channel/accept.ts):
@@ -83,5 +84,39 @@ describe('the webhook statement', { timeout: 40_000 }, () => {
     });
     const { rows: inst } = await pool.query('select 1 from actor_instances where id = $1', [chat.sessionId]);
     expect(inst).toHaveLength(1);
+  });
+
+  it('a deadlock on the statement is retried where the harness sees it (withStatement), and the event is recorded once', async () => {
+    // The retry is right; hiding it is not: a deadlock means two paths lock in different orders.
+    expectDeadlocks();
+    const chat = newChat(app);
+    await say(chat, 'first'); // the conversation row exists, so the statement updates (locks) it
+    const built = await buildEvent(app, { message: { text: 'second', chat_id: chat.chatId } });
+    const locker = await pool.connect();
+    try {
+      // The forced cycle: the locker holds the conversation row; the webhook's statement
+      // inserts its receipt and waits on that row; the locker then inserts the same receipt and
+      // waits on the webhook. The webhook waited first, so its deadlock check fires first: 40P01.
+      await locker.query('begin');
+      const { rows } = await locker.query<{ pid: number }>(
+        'select pg_backend_pid() as pid from channel_conversations where id = $1 for update',
+        [chat.sessionId],
+      );
+      const answer = submit(app.installationId, built.request);
+      await blockedBehind(pool, rows[0]!.pid);
+      await locker.query(
+        `insert into lark_event_receipts (installation_id, event_id, event_type)
+         values ($1, $2, 'im.message.receive_v1')`,
+        [app.installationId, built.event_id],
+      );
+      // The webhook's attempt is gone; its retry waits on the locker, which takes nothing back.
+      await locker.query('rollback');
+      expect((await answer).status).toBe(200);
+    } finally {
+      await locker.query('rollback').catch(() => undefined);
+      locker.release();
+    }
+    expect(txRetries()).toEqual([{ sqlstate: '40P01', attempt: 1 }]);
+    expect(await written(built.message_id!)).toEqual({ receipts: 1, inputs: 1, mailbox: 1, ledger: 1 });
   });
 });

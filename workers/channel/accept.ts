@@ -1,6 +1,6 @@
 import type { Pool } from '@neondatabase/serverless';
 import type { KeyRing } from '../crypto/sealed';
-import { RETRYABLE_SQLSTATES, sqlState } from '../db/tx';
+import { withStatement } from '../db/tx';
 import { enqueueCtes } from '../effects/mailbox';
 import { settingsCte } from '../installations/settings';
 import { callsTodaySql } from '../lark/call-counts';
@@ -175,8 +175,147 @@ export function unstorableField(inbound: InboundMessage): string | null {
   return null;
 }
 
-/** Deadlocks and serialization failures are safe to retry: a failed statement committed nothing. */
-const MAX_ATTEMPTS = 2;
+/**
+ * Deadlocks and serialization failures are safe to retry: a failed statement committed
+ * nothing. Retried through `withStatement`, so every retry is logged (`db_tx_retry`) and seen
+ * by the test harness (a deadlock no test declared fails it), and only inside the webhook's
+ * database budget.
+ */
+const RETRY = { budgetMs: 1500, maxAttempts: 2 };
+
+/** The statement's parameters by name, in the order of their `$n` (ACCEPT_PARAM_ORDER). */
+interface AcceptParams {
+  installationId: string;
+  eventId: string;
+  sessionId: string;
+  workspaceId: string;
+  appId: string;
+  chatId: string;
+  threadId: string | null;
+  messageId: string;
+  rootId: string | null;
+  chatType: string;
+  senderOpenId: string | null;
+  messageType: string;
+  content: string;
+  receivedAtMs: number;
+  messageCreatedAtMs: number | null;
+  actorType: string;
+  actorKey: string;
+  payload: string;
+  ledgerId: string | null;
+  sealed: string | null;
+  lifetimeMs: number;
+  register: boolean;
+  botMentioned: boolean | null;
+  apiBase: string;
+  reactionRoutes: LarkRoute[];
+}
+
+/** `$1` is the first name, `$25` the last; the settings defaults follow from `$26`. */
+const ACCEPT_PARAM_ORDER = [
+  'installationId',
+  'eventId',
+  'sessionId',
+  'workspaceId',
+  'appId',
+  'chatId',
+  'threadId',
+  'messageId',
+  'rootId',
+  'chatType',
+  'senderOpenId',
+  'messageType',
+  'content',
+  'receivedAtMs',
+  'messageCreatedAtMs',
+  'actorType',
+  'actorKey',
+  'payload',
+  'ledgerId',
+  'sealed',
+  'lifetimeMs',
+  'register',
+  'botMentioned',
+  'apiBase',
+  'reactionRoutes',
+] as const satisfies readonly (keyof AcceptParams)[];
+
+// Every parameter has its place: a name missing from the order fails the typecheck here.
+const everyParamPlaced: Exclude<keyof AcceptParams, (typeof ACCEPT_PARAM_ORDER)[number]> extends never
+  ? true
+  : never = true;
+void everyParamPlaced;
+
+type Registration = Awaited<ReturnType<typeof prepareRegistration>>;
+
+/** What the statement writes for one message, by name. */
+function acceptParams(
+  inbound: InboundMessage,
+  prep: Registration,
+  botMentioned: boolean | null,
+  at: { sessionId: string; threadId: string | null; messageCreatedAtMs: number | null },
+): AcceptParams {
+  const { installation, event, eventId } = inbound;
+  const { message, sender } = event;
+  const senderOpenId = sender.sender_id?.open_id ?? null;
+  const text = inputText(message.message_type, message.content);
+  const payload: Omit<InputMessage, 'position' | 'contextRevision'> = {
+    session: {
+      installationId: installation.id,
+      workspaceId: installation.workspaceId,
+      appId: installation.appId,
+      chatId: message.chat_id,
+      threadId: at.threadId,
+    },
+    messageId: message.message_id,
+    senderOpenId,
+    text,
+    createdAtMs: at.messageCreatedAtMs,
+  };
+  const key = { installationId: installation.id, chatId: message.chat_id, threadId: at.threadId };
+  return {
+    installationId: installation.id,
+    eventId,
+    sessionId: at.sessionId,
+    workspaceId: installation.workspaceId,
+    appId: installation.appId,
+    chatId: message.chat_id,
+    threadId: at.threadId,
+    messageId: message.message_id,
+    rootId: message.root_id ?? null,
+    chatType: message.chat_type,
+    senderOpenId,
+    messageType: message.message_type,
+    content: message.content,
+    receivedAtMs: inbound.receivedAtMs,
+    messageCreatedAtMs: at.messageCreatedAtMs,
+    actorType: CONVERSATION_ACTOR,
+    actorKey: conversationKey(key),
+    payload: JSON.stringify(payload),
+    ledgerId: prep.stale ? null : prep.id,
+    sealed: prep.stale ? null : prep.sealed,
+    lifetimeMs: MAX_LIFETIME_MS,
+    register: !prep.stale,
+    botMentioned,
+    apiBase: installation.apiBase.replace(/\/+$/, ''),
+    reactionRoutes: REACTION_ROUTES,
+  };
+}
+
+/** The settings and the ledger's answer, as the statement's row and the prepared registration say. */
+function registrationOf(
+  row: AcceptRow,
+  prep: Registration,
+  inbound: InboundMessage,
+): RecordedInput['registration'] {
+  // No badge by the installation's setting is no skip of the ledger's (nothing to warn about).
+  if (prep.stale || row.paused || !row.badge) return { sendAdd: false, ledgerId: null };
+  const outcome = registrationOutcome(row, prep.id, inbound.event.message.message_id, inbound.installation);
+  return outcome.kind === 'registered'
+    ? { sendAdd: true, ledgerId: outcome.id }
+    : { sendAdd: false, ledgerId: null };
+}
 
 /**
  * Records one verified `im.message.receive_v1` in one round trip (autocommit). `botMentioned`
@@ -190,78 +329,22 @@ export async function acceptInboundMessage(
   keys: KeyRing,
   botMentioned: boolean | null = null,
 ): Promise<AcceptOutcome> {
-  const { installation, event, eventId } = inbound;
-  const { message, sender } = event;
+  const { installation, event } = inbound;
+  const { message } = event;
   const threadId = message.thread_id ?? null;
-  const key = { installationId: installation.id, chatId: message.chat_id, threadId };
-  const sessionId = sessionIdOf(key);
+  const sessionId = sessionIdOf({ installationId: installation.id, chatId: message.chat_id, threadId });
   const messageCreatedAtMs = createTimeMs(message.create_time);
   const prep = await prepareRegistration(keys, {
     installation,
     messageCreatedAtMs,
     receivedAtMs: inbound.receivedAtMs,
   });
-  const payload: Omit<InputMessage, 'position' | 'contextRevision'> = {
-    session: {
-      installationId: installation.id,
-      workspaceId: installation.workspaceId,
-      appId: installation.appId,
-      chatId: message.chat_id,
-      threadId,
-    },
-    messageId: message.message_id,
-    senderOpenId: sender.sender_id?.open_id ?? null,
-    text: inputText(message.message_type, message.content),
-    createdAtMs: messageCreatedAtMs,
-  };
-  const params = [
-    installation.id,
-    eventId,
-    sessionId,
-    installation.workspaceId,
-    installation.appId,
-    message.chat_id,
-    threadId,
-    message.message_id,
-    message.root_id ?? null,
-    message.chat_type,
-    sender.sender_id?.open_id ?? null,
-    message.message_type,
-    message.content,
-    inbound.receivedAtMs,
-    messageCreatedAtMs,
-    CONVERSATION_ACTOR,
-    conversationKey(key),
-    JSON.stringify(payload),
-    prep.stale ? null : prep.id,
-    prep.stale ? null : prep.sealed,
-    MAX_LIFETIME_MS,
-    !prep.stale,
-    botMentioned,
-    installation.apiBase.replace(/\/+$/, ''),
-    REACTION_ROUTES,
-    ...SETTINGS_ROW.params,
-  ];
-  let row: AcceptRow;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      row = (await pool.query<AcceptRow>(ACCEPT, params)).rows[0]!;
-      break;
-    } catch (err) {
-      const state = sqlState(err);
-      if (attempt >= MAX_ATTEMPTS || !state || !RETRYABLE_SQLSTATES.has(state)) throw err;
-    }
-  }
+  const named = acceptParams(inbound, prep, botMentioned, { sessionId, threadId, messageCreatedAtMs });
+  const params = [...ACCEPT_PARAM_ORDER.map((name) => named[name]), ...SETTINGS_ROW.params];
+  const { rows } = await withStatement(RETRY, () => pool.query<AcceptRow>(ACCEPT, params));
+  const row = rows[0]!;
   if (!row.accepted || row.position === null || row.context_revision === null) return { kind: 'duplicate' };
   if (row.unanswered !== null) return { kind: 'unanswered', reason: row.unanswered };
-  // No badge by the installation's setting is no skip of the ledger's (nothing to warn about).
-  const registration = prep.stale
-    ? { kind: 'skipped' as const, reason: 'stale_message' as const }
-    : row.paused
-      ? { kind: 'skipped' as const, reason: 'paused' as const }
-      : !row.badge
-        ? { kind: 'skipped' as const, reason: 'setting' as const }
-        : registrationOutcome(row, prep.id, message.message_id, installation);
   const typing: TypingInput = {
     sessionId,
     installationId: installation.id,
@@ -276,14 +359,5 @@ export async function acceptInboundMessage(
     receivedAtMs: inbound.receivedAtMs,
     installation,
   };
-  return {
-    kind: 'recorded',
-    recorded: {
-      typing,
-      registration:
-        registration.kind === 'registered'
-          ? { sendAdd: true, ledgerId: registration.id }
-          : { sendAdd: false, ledgerId: null },
-    },
-  };
+  return { kind: 'recorded', recorded: { typing, registration: registrationOf(row, prep, inbound) } };
 }
