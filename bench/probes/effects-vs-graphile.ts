@@ -215,6 +215,32 @@ try {
             .filter((l) => /\d/.test(l) && Number(l.trim().split(/\s+/)[1]) > 2000)
             .join('\n')}`,
         );
+        // Heap lock records by relation and flags: which statement takes them.
+        const detail = execFileSync(
+          process.env.PROBE_WALDUMP_BIN ?? 'pg_waldump',
+          ['-p', process.env.PROBE_WALDUMP, '-s', lsn0, '-e', end, '-r', 'Heap'],
+          { encoding: 'utf8', maxBuffer: 1 << 30 },
+        );
+        const { rows: rels } = await setup.query<{ f: string; n: string }>(
+          `select relfilenode::text f, relname n from pg_class where relfilenode <> 0`,
+        );
+        const relName = new Map(rels.map((r) => [r.f, r.n]));
+        const kinds = new Map<string, number>();
+        for (const line of detail.split('\n')) {
+          const m =
+            /desc: (LOCK|UPDATE|HOT_UPDATE) .*?flags 0x\w+ ?([A-Z_ ]*?) ?[,;].*?blkref #0: rel \d+\/\d+\/(\d+)/.exec(
+              line,
+            );
+          if (!m) continue;
+          const k = `${m[1]} ${relName.get(m[3]!) ?? m[3]} ${m[2]}`;
+          kinds.set(k, (kinds.get(k) ?? 0) + 1);
+        }
+        console.log(
+          [...kinds]
+            .sort((a, b) => b[1] - a[1])
+            .map(([k, n]) => `  ${n} ${k}`)
+            .join('\n'),
+        );
       }
       await setup.query('checkpoint');
       const lsn1 = (await setup.query('select pg_current_wal_lsn() l')).rows[0].l;

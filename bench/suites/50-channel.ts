@@ -6,7 +6,9 @@ import { startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';
 import { freePort } from '../../scripts/lib/postgres';
 import { startWranglerDev, type WranglerDev } from '../../scripts/lib/wrangler-dev';
+import { backendCpuTicks, CLK_TCK } from '../lib/backend-cpu';
 import { startCpuProfile } from '../lib/cpu-profile';
+import { cpuMsPer, groupCpuTicks } from '../lib/process-cpu';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 
@@ -257,6 +259,22 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
+  // CPU per request of the local Worker (workerd; wrangler's node proxy) and of this database's
+  // Postgres backends, from /proc, over the answer phase only (the turns after an answer run
+  // later and land in the next phase's window as background, at most; a backend that ended
+  // between the two samples counts nothing, so the Postgres figure is a floor). A figure the machine's
+  // other load inflates less than latency does, so a loaded run still compares.
+  const pgid = worker.process.pid ?? 0;
+  const cpuSample = async () => ({ group: await groupCpuTicks(pgid), pg: await backendCpuTicks(db) });
+  type CpuSample = Awaited<ReturnType<typeof cpuSample>>;
+  const cpuPer = (a: CpuSample, b: CpuSample, items: number) => {
+    const per = cpuMsPer(a.group, b.group, items);
+    const row: Record<string, number> = {};
+    for (const [comm, ms] of Object.entries(per)) row[`${comm} CPU ms/req`] = ms;
+    row['postgres CPU ms/req'] =
+      Math.round((Math.max(0, b.pg - a.pg) * 100000) / CLK_TCK / Math.max(1, items)) / 100;
+    return row;
+  };
   let events = 0;
   const connsBefore = bridge.conns.length;
   try {
@@ -272,11 +290,13 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     for (const concurrency of levels) {
       const n = Math.max(perLevel, concurrency * 2);
       // Bare /healthz at the same concurrency: the Worker, a fresh pool and `select 1`.
+      const healthCpu = await cpuSample();
       const health = await load(n, concurrency, async () => {
         const res = await fetch(`${base}/healthz`);
         await res.arrayBuffer();
         return res.status;
       });
+      const healthCost = await cpuSample().then((after) => cpuPer(healthCpu, after, n));
       rows.push({
         suite: 'channel',
         case: `GET /healthz, ${concurrency} concurrent`,
@@ -284,6 +304,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
         'p50 ms': round(percentile(health.latencies, 50)),
         'p99 ms': round(percentile(health.latencies, 99)),
         failures: health.failures,
+        ...healthCost,
         load: loadAverage(),
       });
       // Built 100 at a time: thousands of requests at once exhaust the local sockets.
@@ -304,7 +325,9 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
         inspectorPort && concurrency === Math.max(...levels)
           ? await startCpuProfile(inspectorPort)
           : undefined;
+      const hookCpu = await cpuSample();
       const hook = await load(n, concurrency, (i) => postEvent(base, installationId, deliveries[i]!));
+      const hookCost = await cpuSample().then((after) => cpuPer(hookCpu, after, n));
       if (peakShape) console.error(`peak backends at ${concurrency} concurrent: ${peakShape}`);
       peakShape = '';
       if (profiler && profileFile) {
@@ -328,6 +351,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
         failures: hook.failures,
         failed: hook.failed,
         'peak backends': `${peakBackends}/${maxConnections}`,
+        ...hookCost,
         load: loadAverage(),
       });
       peakBackends = Math.max(peakBackends, backendsBefore);

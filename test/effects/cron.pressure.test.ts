@@ -159,28 +159,32 @@ describe('the recovery pass budget', () => {
   it('a retirement wakes its host exactly once, only after commit; a rejected wake logs one effect_wake_failed with the instance id', async () => {
     await runRecoveryPass(pool, config); // candidates an earlier test left (its own pass may have failed)
     const inst = await ensureInstance(pool, 'pressure-test', uid('x'));
-    const h = await staleClaim(inst);
-    const seen: { instanceId: string; retired: boolean; message: boolean }[] = [];
+    // Two retirements of one host in one pass: still one wake, after both commits.
+    const handles = [await staleClaim(inst), await staleClaim(inst)];
+    const seen: { instanceId: string; retired: boolean; messages: boolean }[] = [];
     const other = testPool(1);
     const logs = captureLogLines({ quiet: true });
     try {
-      await runRecoveryPass(pool, config, {
+      const report = await runRecoveryPass(pool, config, {
         wake: async (instanceId) => {
-          // A separate connection: the retirement and its message are committed already.
-          const { rows } = await other.query<{ retired: boolean; message: boolean }>(
-            `select (select retired_at_ms is not null from effect_recoveries where effect_id = $1) as retired,
-                    exists (select 1 from actor_mailbox where instance_id = $2 and message_key = $3) as message`,
-            [h.effectId, instanceId, `effect:${h.effectId}:recovery`],
+          // A separate connection: the retirements and their messages are committed already.
+          const { rows } = await other.query<{ retired: boolean; messages: boolean }>(
+            `select (select count(*) = 2 from effect_recoveries
+                      where effect_id = any($1::uuid[]) and retired_at_ms is not null) as retired,
+                    (select count(*) = 2 from actor_mailbox
+                      where instance_id = $2 and message_key = any($3::text[])) as messages`,
+            [handles.map((h) => h.effectId), instanceId, handles.map((h) => `effect:${h.effectId}:recovery`)],
           );
           seen.push({ instanceId, ...rows[0]! });
           throw new Error('host unreachable');
         },
       });
+      expect(report).toMatchObject({ candidates: 2, retired: 2 });
     } finally {
       logs.restore();
       await other.end();
     }
-    expect(seen).toEqual([{ instanceId: inst, retired: true, message: true }]);
+    expect(seen).toEqual([{ instanceId: inst, retired: true, messages: true }]);
     const failed = logs.events('effect_wake_failed');
     expect(failed).toHaveLength(1);
     expect(failed[0]).toMatchObject({ instanceId: inst, error: { message: 'host unreachable' } });
