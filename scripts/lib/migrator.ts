@@ -21,6 +21,15 @@ import pg from 'pg';
  *   migration linter's per-file exemptions (scripts/lint-migrations.ts) are comments added to
  *   files production has already applied, and change nothing that runs. A file without such
  *   lines has the checksum it always had.
+ * - SQL functions have a repeatable home: `<dir>/functions/*.sql`, one file per function family,
+ *   each nothing but `create or replace` of functions (and their comments). After the versioned
+ *   files, each function file whose checksum differs from the one recorded in
+ *   `schema_functions` is applied in one transaction with its new record, so a function has one
+ *   readable definition instead of a copy per change. Rules (docs/operations.md "Migrations"):
+ *   a versioned file never calls a repeatable function (on a fresh database they do not exist
+ *   yet when it runs); a signature change is a new function name (the previous release keeps
+ *   calling the old one until the release after); removing a file drops nothing (a versioned
+ *   `drop function` does, one release later).
  */
 export const MIGRATION_LOCK_KEY = 727_001;
 export const NO_TX = /^--\s*migrate:no-transaction/;
@@ -64,6 +73,35 @@ export async function readMigrations(dir: string): Promise<MigrationFile[]> {
   }
   const versions = new Set(files.map((f) => f.version));
   if (versions.size !== files.length) throw new Error('two migration files share a version number');
+  return files;
+}
+
+/** The repeatable function files of a migrations directory (none when it has no `functions/`). */
+export function functionsDir(dir: string): string {
+  return join(dir, 'functions');
+}
+
+export interface FunctionFile {
+  name: string;
+  sql: string;
+  checksum: string;
+}
+
+export async function readFunctionFiles(dir: string): Promise<FunctionFile[]> {
+  let names: string[];
+  try {
+    names = (await readdir(functionsDir(dir))).filter((n) => /^[\w-]+\.sql$/.test(n)).sort();
+  } catch (err) {
+    // A migrations directory without functions/ (older histories the upgrade tests rebuild).
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  const files: FunctionFile[] = [];
+  for (const name of names) {
+    const sql = await readFile(join(functionsDir(dir), name), 'utf8');
+    if (NO_TX.test(sql)) throw new Error(`functions/${name}: a function file always runs in one transaction`);
+    files.push({ name, sql, checksum: migrationChecksum(sql) });
+  }
   return files;
 }
 
@@ -157,6 +195,40 @@ async function applyFile(client: pg.Client, file: MigrationFile, log: (l: string
   await client.query(record, args);
 }
 
+/** Applies each function file whose text changed since it was recorded, in one transaction each. */
+async function applyFunctionFiles(
+  client: pg.Client,
+  dir: string,
+  log: (l: string) => void,
+): Promise<string[]> {
+  await client.query(`create table if not exists schema_functions (
+    name text primary key, checksum text not null, applied_at timestamptz not null default now())`);
+  const { rows } = await client.query<{ name: string; checksum: string }>(
+    'select name, checksum from schema_functions',
+  );
+  const recorded = new Map(rows.map((r) => [r.name, r.checksum]));
+  const applied: string[] = [];
+  for (const file of await readFunctionFiles(dir)) {
+    if (recorded.get(file.name) === file.checksum) continue;
+    log(`applying functions/${file.name}`);
+    await client.query('begin');
+    try {
+      await client.query(file.sql);
+      await client.query(
+        `insert into schema_functions (name, checksum) values ($1, $2)
+         on conflict (name) do update set checksum = excluded.checksum, applied_at = now()`,
+        [file.name, file.checksum],
+      );
+      await client.query('commit');
+    } catch (err) {
+      await client.query('rollback');
+      throw err;
+    }
+    applied.push(`functions/${file.name}`);
+  }
+  return applied;
+}
+
 /**
  * Polls pg_try_advisory_lock instead of waiting in pg_advisory_lock: a session blocked in
  * that call keeps a transaction open, and the runner holding the lock would then wait for it
@@ -204,6 +276,7 @@ export async function migrate(databaseUrl: string, opts: MigrateOptions): Promis
       await applyFile(client, file, log);
       applied.push(file.name);
     }
+    applied.push(...(await applyFunctionFiles(client, opts.dir, log)));
     return applied;
   } finally {
     await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]).catch(() => undefined);

@@ -5,7 +5,7 @@ import type { Intent, MessageReactions, Queryable, Receipt } from './types';
 
 /**
  * The ticketed write contract. Each call is one statement, one round trip: the SQL function
- * private.reaction_ticket_call (migrations/0110) takes the locks in the fixed order,
+ * private.reaction_ticket_call (migrations/functions/reaction_tickets.sql) takes the locks in the fixed order,
  * operation, retirement, message, reads fresh database time after each lock is granted and
  * before any mutation (so a request that waited on a lock past its expiry changes nothing),
  * and runs as its own transaction. ticket-call.ts maps its errors back to the typed answers.
