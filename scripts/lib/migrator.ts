@@ -230,6 +230,24 @@ async function applyFunctionFiles(
 }
 
 /**
+ * A database that recorded a migration this directory no longer has was migrated by another
+ * history: before the baseline of the first release (issue 32 item 4, scripts/migration-baseline.json,
+ * which squashed 0001–0201), or from another branch. Applying the files over it would mix two
+ * schemas, so it is refused, naming what to do.
+ */
+function refuseForeignHistory(recorded: { version: number; name: string }[], files: MigrationFile[]) {
+  const names = new Set(files.map((f) => f.name));
+  const foreign = recorded.filter((r) => !names.has(r.name)).map((r) => r.name);
+  if (foreign.length === 0) return;
+  throw new Error(
+    `this database recorded migrations that migrations/ does not have (${foreign.slice(0, 3).join(', ')}` +
+      `${foreign.length > 3 ? `, and ${foreign.length - 3} more` : ''}): it was migrated before the ` +
+      `migration baseline or by another branch. Recreate it (npm run dev's: delete .local/pg) ` +
+      `rather than migrating it (docs/operations.md "Migrations")`,
+  );
+}
+
+/**
  * Polls pg_try_advisory_lock instead of waiting in pg_advisory_lock: a session blocked in
  * that call keeps a transaction open, and the runner holding the lock would then wait for it
  * in `create index concurrently` (which waits out every older transaction): a deadlock.
@@ -262,7 +280,9 @@ export async function migrate(databaseUrl: string, opts: MigrateOptions): Promis
       'select version, name, checksum from schema_migrations order by version',
     );
     const done = new Map(rows.map((r) => [r.version, r]));
-    for (const file of await readMigrations(opts.dir)) {
+    const files = await readMigrations(opts.dir);
+    refuseForeignHistory(rows, files);
+    for (const file of files) {
       const prior = done.get(file.version);
       if (prior) {
         if (prior.checksum !== file.checksum) {

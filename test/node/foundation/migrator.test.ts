@@ -89,6 +89,15 @@ describe('migration runner', () => {
     await expect(migrate(url, { dir })).rejects.toThrow(/edited after it was applied/);
   });
 
+  it('refuses a database migrated by another history (before the baseline), naming what to do', async () => {
+    const url = await scratchDatabase();
+    await migrate(url, { dir: await fixture({ '0001_clock.sql': 'create table t (id int);' }) });
+    const baselined = await fixture({ '0001_baseline_clock.sql': 'create table t (id int);' });
+    await expect(migrate(url, { dir: baselined })).rejects.toThrow(
+      /recorded migrations that migrations\/ does not have \(0001_clock\.sql\).*Recreate it/,
+    );
+  });
+
   it('accepts a linter exemption added to an applied migration, and still refuses an edit of its SQL', async () => {
     // The migration linter's per-file exemptions (scripts/lint-migrations.ts) are comments
     // added to migrations that production has already applied: they change nothing that runs.

@@ -1,4 +1,8 @@
--- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
+-- Repeatable (scripts/lib/migrator.ts, docs/operations.md "Migrations"): re-applied in one
+-- transaction whenever this text changes; only `create or replace`. History: migration 0111.
+set local lock_timeout = '5s';
+set local statement_timeout = '30s';
+
 -- Effect write-backs (completion and failure of a claimed batch) in one round trip (issue 18
 -- item 4). workers/effects/scheduler.ts ran each as begin, the instance locks, the effect
 -- write-back, one mailbox insert per notified instance, commit: 4+ round trips per batch of
@@ -22,7 +26,7 @@
 -- Step 1 of both write-backs, its own statement: the lock budget, then every origin instance
 -- of the batch `for share`, ordered by id. plpgsql: PERFORM runs the query to the end, so
 -- every origin is locked (a SQL function would stop at its first row).
-create function effects_lock_origins(p_ids uuid[], p_budget_ms int) returns void
+create or replace function effects_lock_origins(p_ids uuid[], p_budget_ms int) returns void
 language plpgsql as $$
 begin
   perform set_config('lock_timeout', greatest(1, p_budget_ms)::text || 'ms', true);
@@ -32,7 +36,7 @@ begin
 end
 $$;
 
-create function effects_complete(p_process bigint, p_ids uuid[], p_results text[], p_budget_ms int)
+create or replace function effects_complete(p_process bigint, p_ids uuid[], p_results text[], p_budget_ms int)
 returns table (id uuid, origin_instance_id text, notify_on_complete boolean, attempts int,
                max_attempts int, live boolean)
 language plpgsql as $$
@@ -64,7 +68,7 @@ begin
 end
 $$;
 
-create function effects_fail(p_process bigint, p_ids uuid[], p_errors text[], p_budget_ms int)
+create or replace function effects_fail(p_process bigint, p_ids uuid[], p_errors text[], p_budget_ms int)
 returns table (id uuid, origin_instance_id text, notify_on_complete boolean, attempts int,
                max_attempts int, live boolean)
 language plpgsql as $$

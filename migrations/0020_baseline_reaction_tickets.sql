@@ -1,11 +1,18 @@
--- squawk-ignore-file require-lock-timeout, require-statement-timeout -- applied before the migration linter (issue 30), its SQL fixed: it ran under the runner's session timeouts (scripts/lib/migrator.ts); new migrations set their own
--- Mobile reaction API (issue 7): chat directory, current reactions, operation tickets,
--- receipts, retirement fences and the legacy write-contract state, all in `private`.
+-- squawk-ignore-file prefer-bigint-over-int -- a TTL in seconds (bounded by the config's schema, years at most) never nears int4's limit
+-- squawk-ignore-file require-concurrent-index-creation -- every index is on a table this file creates: empty, in this transaction
+-- Baseline of the mobile reaction API (issue 32 item 4; the squashed series was 0020, 0060, 0084,
+-- 0088, 0110, 0115–0118, 0130, 0139): chat directory, current reactions, operation tickets,
+-- receipts, retirement fences, the admission-window history and the legacy write-contract
+-- state, all in `private`. The contract's functions are repeatable:
+-- migrations/functions/reaction_tickets.sql.
 --
 -- Cascades follow the retention spec: receipts go with their actor, workspace, conversation
 -- or message; retirement fences go only with their actor (a fence must outlive the message
 -- so a delayed write for it stays rejected). Every created_at / expiry column is stamped
--- from app_now() and indexed, because the hourly retention cleanup selects by them.
+-- from app_now().
+set local lock_timeout = '5s';
+set local statement_timeout = '30s';
+
 create schema if not exists private;
 
 create table private.workspaces (
@@ -43,8 +50,12 @@ create table private.conversation_members (
 );
 create index conversation_members_actor_idx on private.conversation_members (actor_id);
 
+-- messages.id and the receipts' operation_id are checked on every ticketed write (the version
+-- bump re-checks the row, the receipt is inserted) while the message row lock is held, so their
+-- CHECKs avoid a counted regex repeat (`{1,128}` builds a DFA state per repetition in each
+-- match: 8-11 µs against 0.5 µs with `+` and a length bound; same sets of values).
 create table private.messages (
-  id text primary key check (id ~ '^[A-Za-z0-9_.:-]{1,128}$'),
+  id text primary key check (id ~ '^[A-Za-z0-9_.:-]+$' and length(id) <= 128),
   workspace_id text not null references private.workspaces (id) on delete cascade,
   conversation_id text not null references private.conversations (id) on delete cascade,
   author_actor_id text references private.actors (id) on delete set null,
@@ -94,7 +105,7 @@ create index reaction_tickets_workspace_idx on private.reaction_tickets (workspa
 -- `contract` says which write contract admitted it; legacy receipts have no ticket expiry.
 create table private.chat_reaction_operations (
   actor_id text not null references private.actors (id) on delete cascade,
-  operation_id text not null check (operation_id ~ '^[A-Za-z0-9_-]{8,64}$'),
+  operation_id text not null check (operation_id ~ '^[A-Za-z0-9_-]+$' and length(operation_id) between 8 and 64),
   workspace_id text not null references private.workspaces (id) on delete cascade,
   conversation_id text not null references private.conversations (id) on delete cascade,
   message_id text not null references private.messages (id) on delete cascade,
@@ -109,15 +120,23 @@ create table private.chat_reaction_operations (
   check ((contract = 'ticket') = (ticket_expires_at is not null)),
   primary key (actor_id, operation_id)
 );
-create index chat_reaction_operations_created_idx on private.chat_reaction_operations (created_at);
-create index chat_reaction_operations_ticket_expiry_idx
-  on private.chat_reaction_operations (ticket_expires_at);
 create index chat_reaction_operations_message_idx on private.chat_reaction_operations (message_id);
 create index chat_reaction_operations_conversation_idx
   on private.chat_reaction_operations (conversation_id);
 create index chat_reaction_operations_workspace_idx on private.chat_reaction_operations (workspace_id);
 create index chat_reaction_operations_legacy_idx
   on private.chat_reaction_operations (created_at) where contract = 'legacy';
+-- Deleting a ticket (housekeeping) sets its receipt's ticket_id to null through the foreign
+-- key: without an index each deleted ticket scanned every receipt. Partial: `ticket_id = $1`
+-- implies not null.
+create index chat_reaction_operations_ticket_idx
+  on private.chat_reaction_operations (ticket_id) where ticket_id is not null;
+-- The retention cleanup's stable cursor key (docs/retention.md): a batch is one bounded range
+-- scan `created_at < cutoff and (created_at, actor_id, operation_id) > cursor`, with ticket
+-- expiry and the contract read from the INCLUDE. Also every created_at range (console trends).
+create index chat_reaction_operations_retention_key_idx
+  on private.chat_reaction_operations (created_at, actor_id, operation_id)
+  include (ticket_expires_at, contract);
 
 -- Retirement fences: a retired operation can never apply. Cascade only with the actor.
 create table private.chat_retired_reaction_operations (
@@ -132,12 +151,11 @@ create table private.chat_retired_reaction_operations (
   check ((contract = 'ticket') = (ticket_expires_at is not null)),
   primary key (actor_id, operation_id)
 );
-create index chat_retired_reaction_operations_created_idx
-  on private.chat_retired_reaction_operations (created_at);
-create index chat_retired_reaction_operations_ticket_expiry_idx
-  on private.chat_retired_reaction_operations (ticket_expires_at);
 create index chat_retired_reaction_operations_legacy_idx
   on private.chat_retired_reaction_operations (created_at) where contract = 'legacy';
+create index chat_retired_reaction_operations_retention_key_idx
+  on private.chat_retired_reaction_operations (created_at, actor_id, operation_id)
+  include (ticket_expires_at, contract);
 
 -- The legacy unbounded desired-state write contract (no ticket, no expiry). Open until an
 -- operator closes it; closing is one-way. Every legacy write holds this row FOR SHARE for its
@@ -153,13 +171,12 @@ create table private.write_contract_state (
 );
 insert into private.write_contract_state (contract) values ('legacy_desired_state');
 
--- Rollback must never reopen the unbounded path. Only a test database (app.test_clock on)
--- may reopen it, so test files sharing one database can exercise both states.
+-- Rollback must never reopen the unbounded path: closing is one-way for everyone. Kept in a
+-- versioned file: a trigger function, and a guarantee no later text may quietly change.
 create function private.write_contract_no_reopen() returns trigger
 language plpgsql as $$
 begin
-  if old.closed_at is not null and new.closed_at is null
-     and coalesce(current_setting('app.test_clock', true), '') <> 'on' then
+  if old.closed_at is not null and new.closed_at is null then
     raise exception 'the legacy write contract is closed for good' using errcode = '55000';
   end if;
   return new;
@@ -167,3 +184,23 @@ end
 $$;
 create trigger write_contract_no_reopen before update on private.write_contract_state
   for each row execute function private.write_contract_no_reopen();
+
+-- Raising REACTION_TICKET_TTL_SECONDS must never reopen an operation that was judged (and
+-- possibly forgotten: ticket, receipt and fence deleted) under a shorter window.
+-- The rule (docs/mobile-api.md "Admission window"): an operation stamped at S is admitted until
+-- S + the SMALLEST window in force at any time since S (the one in force at S included, and the
+-- configured one now). So a raise applies only to operations stamped after it, and a lowering
+-- applies at once to every operation. Every new-ticket issuance records the window it runs
+-- under when it differs from the latest recorded one (workers/reaction-tickets/tickets.ts); a
+-- window nobody issued under never admitted anything, so it need not be recorded.
+--
+-- Seeded with the default (7 days) as in force since always.
+create table private.reaction_ticket_windows (
+  in_force_from timestamptz not null,
+  ttl_seconds integer not null check (ttl_seconds > 0)
+);
+
+create index reaction_ticket_windows_from_idx
+  on private.reaction_ticket_windows (in_force_from);
+
+insert into private.reaction_ticket_windows (in_force_from, ttl_seconds) values ('-infinity', 604800);
