@@ -188,11 +188,33 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
 
     await untilSettled(pool, chat, 2);
     expect((await rerun(app, turn.delivery_key)).status).toBe(202);
-    // A re-run waiting to start counts as running for the chat's other failed turns too.
     await pump(chat);
     expect((await stateOf(pool, chat)).pending.map((p) => p.rerunOf)).toEqual([1]);
     await fireDebounce(pool, chat);
     expect(await untilSettled(pool, chat, 3)).toMatchObject({ outcome: 'delivered', input_count: 1 });
+  });
+
+  it('rerun.one_waiting_per_chat: while one re-run of a chat waits to start, a re-run of its other failed turn is refused', async () => {
+    const app = await installApp();
+    const chat = newChat(app);
+    const first = (await failedTurn(chat, 'one')).turn;
+    setAgentOverride(brokenAgent);
+    await say(chat, 'two');
+    await pump(chat);
+    await fireDebounce(pool, chat);
+    const second = await untilSettled(pool, chat, 2);
+    expect(second.outcome).toBe('failed');
+    setAgentOverride(null);
+    expect((await rerun(app, first.delivery_key)).status).toBe(202);
+    for (const settle of [false, true]) {
+      if (settle) await pump(chat); // handled: now waiting in the actor's state, not the mailbox
+      const refused = await rerun(app, second.delivery_key);
+      expect(refused.status).toBe(409);
+      expect(await errorCode(refused)).toBe('turn_running');
+    }
+    await fireDebounce(pool, chat);
+    expect(await untilSettled(pool, chat, 3)).toMatchObject({ outcome: 'delivered', input_count: 1 });
+    expect((await rerun(app, second.delivery_key)).status).toBe(202);
   });
 
   it('rerun.turn_started_before_handled: a re-run whose message arrives after a new turn started waits for that turn, never dropped', async () => {

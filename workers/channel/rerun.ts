@@ -125,13 +125,17 @@ export async function rerunTurn(pool: Pool, installationId: string, turnId: stri
         sessionId,
       ])
     ).rows[0];
+    // The instance outlives its conversation's rows (conversation.ts instance retention), so a
+    // turn without one is not expected; refused rather than failing on the mailbox's key.
+    if (!state)
+      throw new AppError('turn_inputs_gone', 'The conversation of this turn is gone', { sessionId });
     await tx.query(TURN_START_LOCK, [installationId]);
     if ((await tx.query<{ paused: boolean }>(PAUSED, [installationId])).rows[0]?.paused)
       throw new AppError('installation_paused', 'The installation is paused: resume it first', {
         installationId,
       });
     const turn = (await tx.query<TurnRow>(TURN, [sessionId, turnNo])).rows[0]!;
-    if (turn.outcome === null || turn.running || state?.running)
+    if (turn.outcome === null || turn.running || state.running)
       throw new AppError('turn_running', 'A turn of this chat is running: re-run once it has ended', {
         sessionId,
       });
@@ -140,7 +144,7 @@ export async function rerunTurn(pool: Pool, installationId: string, turnId: stri
         outcome: turn.outcome,
       });
     if (turn.rerun) throw new AppError('turn_already_rerun', 'This turn was re-run already', { turnNo });
-    if (state?.rerun_held || state?.rerun_queued)
+    if (state.rerun_held || state.rerun_queued)
       throw new AppError('turn_running', 'A re-run of this chat is waiting to start', { sessionId });
     const inputs = await loadInputs(tx, sessionId, turnNo, turn);
     if (inputs.length === 0)
