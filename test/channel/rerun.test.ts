@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { type Agent, setAgentOverride } from '../../workers/agents';
 import { PAUSE_LOCK } from '../../workers/channel/pause';
+import { rerunTurn } from '../../workers/channel/rerun';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance } from '../../workers/effects/runner';
 import { effectConfig } from '../../workers/effects/types';
@@ -312,39 +313,52 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
     expect(await rerunMessages(chat)).toEqual([]);
   });
 
-  it('rerun.pause_after_accept: a re-run accepted before a pause waits for the resume, then answers (or is dropped)', async () => {
-    for (const backlog of ['answer', 'drop'] as const) {
-      const app = await installApp();
-      const chat = newChat(app);
-      const { messageId, turn } = await failedTurn(chat);
-      expect((await rerun(app, turn.delivery_key)).status).toBe(202);
-      // The pause lands whether or not the host has handled the re-run's message yet.
-      expect((await pause(app)).status).toBe(200);
-      await pump(chat);
-      await fireDebounce(pool, chat);
-      await fireDebounce(pool, chat);
-      expect(await turns(pool, chat)).toHaveLength(1);
-      expect((await stateOf(pool, chat)).pending.map((p) => p.messageId)).toEqual([messageId]);
+  it('rerun.pause_after_accept: a re-run accepted before a pause is never lost to it: it waits for the resume, then is answered (or dropped)', async () => {
+    // When the host handles the re-run's message: before the pause, while paused, or only
+    // after the resume. The function both routes call (no wake-up of its own) makes the last
+    // two exact: the message stays in the mailbox until the test pumps.
+    const orders = ['handled_before_pause', 'handled_while_paused', 'handled_after_resume'] as const;
+    for (const order of orders)
+      for (const backlog of ['answer', 'drop'] as const) {
+        const app = await installApp();
+        const chat = newChat(app);
+        const { messageId, turn } = await failedTurn(chat);
+        if (order === 'handled_before_pause') {
+          expect((await rerun(app, turn.delivery_key)).status).toBe(202);
+          await pump(chat);
+        } else {
+          expect(await rerunTurn(pool, app.installationId, turn.delivery_key)).toMatchObject({ inputs: 1 });
+        }
+        expect((await pause(app)).status).toBe(200);
+        if (order !== 'handled_after_resume') {
+          await pump(chat);
+          await fireDebounce(pool, chat);
+          await fireDebounce(pool, chat);
+          expect(await turns(pool, chat)).toHaveLength(1);
+          expect((await stateOf(pool, chat)).pending.map((p) => p.messageId)).toEqual([messageId]);
+        } else {
+          expect(await rerunMessages(chat)).toEqual([`in:rerun:1:${turn.cutoff_position}`]);
+        }
 
-      const res = await resume(app, backlog);
-      expect(await res.json()).toMatchObject({ backlog, conversations: 1 });
-      await pump(chat);
-      if (backlog === 'answer') {
-        expect(await untilSettled(pool, chat, 2)).toMatchObject({
-          outcome: 'delivered',
-          anchor_message_id: messageId,
-        });
-        expect(await rerunColumns(chat)).toEqual([
-          { turn_no: 1, rerun_of: null, rerun: true },
-          { turn_no: 2, rerun_of: 1, rerun: false },
-        ]);
-        expect(await repliesTo(messageId)).toHaveLength(1);
-      } else {
-        await fireDebounce(pool, chat);
-        expect(await turns(pool, chat)).toHaveLength(1);
-        expect((await stateOf(pool, chat)).pending).toEqual([]);
-        expect(await repliesTo(messageId)).toEqual([]);
+        const res = await resume(app, backlog);
+        expect(await res.json(), `${order}, ${backlog}`).toMatchObject({ backlog, conversations: 1 });
+        await pump(chat);
+        if (backlog === 'answer') {
+          expect(await untilSettled(pool, chat, 2)).toMatchObject({
+            outcome: 'delivered',
+            anchor_message_id: messageId,
+          });
+          expect(await rerunColumns(chat)).toEqual([
+            { turn_no: 1, rerun_of: null, rerun: true },
+            { turn_no: 2, rerun_of: 1, rerun: false },
+          ]);
+          expect(await repliesTo(messageId)).toHaveLength(1);
+        } else {
+          await fireDebounce(pool, chat);
+          expect(await turns(pool, chat), `${order}, ${backlog}`).toHaveLength(1);
+          expect((await stateOf(pool, chat)).pending).toEqual([]);
+          expect(await repliesTo(messageId)).toEqual([]);
+        }
       }
-    }
   });
 });
