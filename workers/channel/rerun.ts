@@ -2,7 +2,7 @@ import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { withTx } from '../db/tx';
 import { runtimeMessagesParams, runtimeMessagesSql } from '../effects/mailbox';
 import { AppError } from '../errors';
-import { TURN_START_LOCK } from './pause';
+import { readHold, TURN_START_LOCK } from './pause';
 import { inputText } from './session';
 import type { InputMessage } from './types';
 
@@ -50,8 +50,6 @@ select (i.state -> 'turn') is not null and i.state -> 'turn' <> 'null'::jsonb as
                   and m.message_key like '${RERUN_KEY_PREFIX}%') as rerun_queued
   from actor_instances i where i.id = $1
    for no key update of i`;
-
-const PAUSED = `select coalesce((select paused from lark_installation_settings where installation_id = $1), 'off') = 'on' as paused`;
 
 /** Read again under the locks: a concurrent request's mark is visible to this statement. */
 const TURN = `
@@ -130,11 +128,15 @@ export async function rerunTurn(pool: Pool, installationId: string, turnId: stri
     if (!state)
       throw new AppError('turn_inputs_gone', 'The conversation of this turn is gone', { sessionId });
     await tx.query(TURN_START_LOCK, [installationId]);
-    if ((await tx.query<{ paused: boolean }>(PAUSED, [installationId])).rows[0]?.paused)
+    // Its own statement after the lock: it sees a pause that committed while the lock waited. A
+    // resume still being applied (`resuming`) is no reason to refuse: these messages queue
+    // behind its message, so the conversation takes them as new inputs after its choice.
+    if ((await readHold(tx, installationId, sessionId)) === 'paused')
       throw new AppError('installation_paused', 'The installation is paused: resume it first', {
         installationId,
       });
-    const turn = (await tx.query<TurnRow>(TURN, [sessionId, turnNo])).rows[0]!;
+    const turn = (await tx.query<TurnRow>(TURN, [sessionId, turnNo])).rows[0];
+    if (!turn) return null; // deleted by retention since it was found
     if (turn.outcome === null || turn.running || state.running)
       throw new AppError('turn_running', 'A turn of this chat is running: re-run once it has ended', {
         sessionId,
