@@ -39,6 +39,16 @@ export const ERROR_STATUS = {
   typing_row_active: 409,
   typing_row_cleaned: 409,
   typing_no_credentials: 409,
+  /** A re-run of a turn that did not fail (delivered, anchor gone) (workers/channel/rerun.ts). */
+  turn_not_failed: 409,
+  /** The failed turn was re-run already: one re-run per failed turn. */
+  turn_already_rerun: 409,
+  /** A turn of the chat is running, or a re-run of it is waiting to start. */
+  turn_running: 409,
+  /** The installation is paused: resume it first (workers/channel/pause.ts). */
+  installation_paused: 409,
+  /** The failed turn's recorded inputs are gone (retention): nothing to re-run. */
+  turn_inputs_gone: 409,
   internal_error: 500,
   bad_environment: 500,
   service_unavailable: 503,

@@ -1,9 +1,12 @@
 import type { Context } from 'hono';
 import { z } from 'zod';
+import { pauseInstallation, resumeInstallation } from '../channel/pause';
+import { rerunTurn, TURN_ID } from '../channel/rerun';
 import type { AppEnv } from '../context';
 import { actorHostStub } from '../effects/actor-host-stub';
 import { discardDeadMessage, requeueDeadMessage } from '../effects/dead-letters';
 import { AppError } from '../errors';
+import { RESUME_WAKE_LIMIT, wakeSessions } from '../installations/routes';
 import {
   CHANGEABLE_SETTING_NAMES,
   type SettingName,
@@ -31,6 +34,8 @@ type Action = (c: Context<AppEnv>, s: Session, form: Form) => Promise<ActionResu
 const MessageId = z.string().regex(/^\d{1,18}$/, 'a mailbox message id');
 const InstallationId = z.string().regex(INSTALLATION_ID, 'an installation id');
 const Setting = z.enum(CHANGEABLE_SETTING_NAMES as [SettingName, ...SettingName[]]);
+const TurnId = z.string().trim().regex(TURN_ID, "a turn's reply uuid");
+const Backlog = z.enum(['answer', 'drop']);
 const Generation = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 
 /** Wakes the instance's host after a requeue; polling delivers anyway, so a failure is only logged. */
@@ -115,6 +120,41 @@ export const ACTIONS: Record<string, Action> = {
       panel: 'lark',
     };
   },
+  // The admin routes' functions (POST /admin/lark/installations/:id/turns/:turnId/rerun,
+  // /:id/pause, /:id/resume): the same locks, the same refusals, the same wake-ups.
+  'turn-rerun': async (c, _s, form) => {
+    const id = valid(InstallationId, form.installation);
+    const turnId = valid(TurnId, form.turn);
+    const r = await rerunTurn(c.var.db(), id, turnId);
+    if (!r) throw new AppError('not_found', 'No such turn');
+    wakeSessions(c, [r.sessionId]);
+    return {
+      target: `turn:${turnId}`,
+      outcome: `re-run of turn ${r.turnNo} (${r.inputs} inputs)`,
+      panel: 'lark',
+    };
+  },
+  'installation-pause': async (c, s, form) => {
+    const id = valid(InstallationId, form.installation);
+    const update = await pauseInstallation(c.var.db(), id, s.operator);
+    if (!update) throw new AppError('not_found', 'No such installation');
+    const ch = update.changed[0];
+    return { target: id, outcome: ch ? `${ch.from} -> ${ch.to}` : 'unchanged: on', panel: 'lark' };
+  },
+  'installation-resume': async (c, s, form) => {
+    const id = valid(InstallationId, form.installation);
+    const backlog = valid(Backlog, form.backlog);
+    const resumed = await resumeInstallation(c.var.db(), id, s.operator, backlog);
+    if (!resumed) throw new AppError('not_found', 'No such installation');
+    wakeSessions(c, resumed.conversations.slice(0, RESUME_WAKE_LIMIT));
+    const ch = resumed.update.changed[0];
+    const n = resumed.conversations.length;
+    return {
+      target: id,
+      outcome: `${ch ? `${ch.from} -> ${ch.to}` : 'unchanged: off'} (backlog: ${backlog}, ${n} conversations)`,
+      panel: 'lark',
+    };
+  },
   'dead-discard': async (c, _s, form) => {
     const id = valid(MessageId, form.message);
     if (!(await discardDeadMessage(c.var.db(), id)))
@@ -126,6 +166,7 @@ export const ACTIONS: Record<string, Action> = {
 /** What an audit row names as the target before the action ran (for refused actions). */
 export function formTarget(form: Form): string | null {
   for (const [key, prefix] of [
+    ['turn', 'turn:'],
     ['row', ''],
     ['message', 'mailbox:'],
     ['installation', ''],

@@ -148,7 +148,26 @@ function settingsCell(csrf: string, i: Row) {
   );
   const select = html`<select name="setting" required>${CHANGEABLE_SETTING_NAMES.map((n) => html`<option value="${n}">${n}</option>`)}</select>
     <input name="value" required maxlength="20" size="8" placeholder="value">`;
-  return html`${list}${actionForm(csrf, 'settings-update', 'Change', { installation: String(i.id) }, select)}`;
+  const installation = { installation: String(i.id) };
+  // Pause and resume (docs/operations.md "Pause and resume"): the one the state allows.
+  const hold =
+    settings.paused === 'on'
+      ? actionForm(
+          csrf,
+          'installation-resume',
+          'Resume',
+          installation,
+          html`<select name="backlog" required><option value="answer">answer backlog</option><option value="drop">drop backlog</option></select>`,
+        )
+      : actionForm(csrf, 'installation-pause', 'Pause', installation);
+  const rerun = actionForm(
+    csrf,
+    'turn-rerun',
+    'Re-run turn',
+    installation,
+    html`<input name="turn" required maxlength="36" size="36" placeholder="failed turn's reply uuid">`,
+  );
+  return html`${list}${actionForm(csrf, 'settings-update', 'Change', installation, select)}${hold}${rerun}`;
 }
 
 function larkPanel(d: ConsoleData, csrf: string) {
