@@ -1,8 +1,10 @@
 import type { Context } from 'hono';
 import { z } from 'zod';
+import { bulkAudit, bulkDeadLetters } from '../admin/dead-letters';
 import type { AppEnv } from '../context';
 import { actorHostStub } from '../effects/actor-host-stub';
 import { discardDeadMessage, requeueDeadMessage } from '../effects/dead-letters';
+import { BulkInput } from '../effects/dead-letters-bulk';
 import { AppError } from '../errors';
 import {
   CHANGEABLE_SETTING_NAMES,
@@ -17,7 +19,8 @@ import { log } from '../log';
 import { retentionOwner } from '../retention/routes';
 import { REFUSED, RowId, typingMaintenance, valid } from '../typing-ledger/admin-routes';
 import { removeManually } from '../typing-ledger/manual-removal';
-import type { Session } from './session';
+import { csrfToken, type Session } from './session';
+import { bulkPreviewView, bulkResultView } from './views';
 
 type Form = Record<string, string | File>;
 export interface ActionResult {
@@ -25,6 +28,8 @@ export interface ActionResult {
   outcome: string;
   /** The panel to return to. */
   panel: string;
+  /** A page to show instead of returning to the panel (a preview, or a page with a next one). */
+  view?: unknown;
 }
 type Action = (c: Context<AppEnv>, s: Session, form: Form) => Promise<ActionResult>;
 
@@ -32,6 +37,31 @@ const MessageId = z.string().regex(/^\d{1,18}$/, 'a mailbox message id');
 const InstallationId = z.string().regex(INSTALLATION_ID, 'an installation id');
 const Setting = z.enum(CHANGEABLE_SETTING_NAMES as [SettingName, ...SettingName[]]);
 const Generation = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+
+/** A bulk form's fields (the admin routes' body, as text); the rest of the form is ignored. */
+function bulkFields(form: Form) {
+  const text = (k: string) =>
+    typeof form[k] === 'string' && form[k] !== '' ? (form[k] as string) : undefined;
+  return valid(BulkInput, {
+    installation: text('installation') ?? '',
+    from: text('from'),
+    to: text('to'),
+    cursor: text('cursor'),
+    limit: text('limit'),
+  });
+}
+
+/** A page of a bulk requeue or discard: the admin route's function, then its result and the next page's form. */
+function bulkAction(action: 'requeue' | 'discard'): Action {
+  return async (c, s, form) => {
+    const r = await bulkDeadLetters(c, action, bulkFields(form));
+    return {
+      ...bulkAudit(r),
+      panel: 'effects',
+      view: bulkResultView(r, await csrfToken(c.var.config, s)),
+    };
+  };
+}
 
 /** Wakes the instance's host after a requeue; polling delivers anyway, so a failure is only logged. */
 async function wake(c: Context<AppEnv>, instanceId: string): Promise<void> {
@@ -115,6 +145,19 @@ export const ACTIONS: Record<string, Action> = {
       panel: 'lark',
     };
   },
+  // Bulk dead letters (POST /admin/effects/dead-letters/*, the same function): the preview
+  // shows the count and the first page, with the requeue and discard forms bound to its range.
+  'dead-bulk-preview': async (c, s, form) => {
+    const p = await bulkDeadLetters(c, 'preview', bulkFields(form));
+    return {
+      target: `${p.installation}:${p.from}..${p.to}`,
+      outcome: `preview: ${p.count}${p.countCapped ? '+' : ''} dead-lettered`,
+      panel: 'effects',
+      view: bulkPreviewView(p, await csrfToken(c.var.config, s)),
+    };
+  },
+  'dead-bulk-requeue': bulkAction('requeue'),
+  'dead-bulk-discard': bulkAction('discard'),
   'dead-discard': async (c, _s, form) => {
     const id = valid(MessageId, form.message);
     if (!(await discardDeadMessage(c.var.db(), id)))

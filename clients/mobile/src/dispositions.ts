@@ -51,6 +51,9 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   typing_row_active: 'rejected',
   typing_row_cleaned: 'rejected',
   typing_no_credentials: 'rejected',
+  range_invalid: 'rejected',
+  cursor_invalid: 'rejected',
+  preview_required: 'rejected',
   // The operator console (/console) only.
   csrf_invalid: 'rejected',
   confirmation_required: 'rejected',
