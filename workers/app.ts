@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import { deadLettersAdmin } from './admin/dead-letters';
+import { adminOpenApi } from './admin/openapi';
 import { adminStatus } from './admin/status';
 import { webhook as larkWebhook } from './channel/webhook';
 import { consoleApp } from './console/routes';
@@ -37,6 +38,7 @@ export function createApp() {
   app.route('/v1', reactionApi);
   app.route('/admin/status', adminStatus);
   app.route('/admin/effects/dead-letters', deadLettersAdmin);
+  app.route('/admin/openapi.json', adminOpenApi);
   app.route('/admin/lark/installations', larkInstallations);
   app.route('/admin/typing-reactions', typingAdmin);
   app.route('/admin/retention', retentionAdmin);
