@@ -265,4 +265,28 @@ describe('dead letters in bulk (admin API)', () => {
     }
     expect(await states(ids)).toEqual({ pending: 40 });
   });
+
+  it('requeues or discards one dead letter by id (the console actions dead-requeue and dead-discard), once', async () => {
+    const inst = newInstallation();
+    const [a, b] = await seed(inst, 2, 1);
+    const one = (id: string, verb: string, body: unknown = { operator: OPERATOR }) =>
+      post(`${id}/${verb}`, body);
+    expect(await ok(await one(a!, 'requeue'))).toMatchObject({ id: a, outcome: 'requeued' });
+    const again = await one(a!, 'requeue');
+    expect(again.status).toBe(404);
+    expect(((await again.json()) as { error: { code: string } }).error.code).toBe('not_found');
+    expect((await one(a!, 'discard')).status).toBe(404);
+    expect(await ok(await one(b!, 'discard'))).toMatchObject({ id: b, outcome: 'discarded' });
+    expect((await one('x1', 'requeue')).status).toBe(400);
+    expect((await one(b!, 'requeue', {})).status).toBe(400);
+    expect(await states([a!, b!])).toEqual({ pending: 1 });
+    const { rows } = await pool.query<{ action: string; target: string; outcome: string }>(
+      `select action, target, outcome from console_audit where target = any($1::text[]) order by id`,
+      [[`mailbox:${a}`, `mailbox:${b}`]],
+    );
+    expect(rows.map((r) => [r.action, r.target, r.outcome])).toEqual([
+      ['dead-letter.requeue', `mailbox:${a}`, 'requeued'],
+      ['dead-letter.discard', `mailbox:${b}`, 'discarded'],
+    ]);
+  });
 });

@@ -1,8 +1,9 @@
 import { type Context, Hono } from 'hono';
-import type { z } from 'zod';
+import { z } from 'zod';
 import { Operator, recordAction } from '../console/audit';
 import type { AppEnv } from '../context';
 import { actorHostStub } from '../effects/actor-host-stub';
+import { discardDeadMessage, requeueDeadMessage } from '../effects/dead-letters';
 import {
   actOnDeadLetters,
   BULK_WAKE_LIMIT,
@@ -14,13 +15,17 @@ import {
   parseBulk,
   previewDeadLetters,
 } from '../effects/dead-letters-bulk';
+import { AppError } from '../errors';
 import { readJsonBody } from '../lib/json-body';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
+import { valid } from '../typing-ledger/admin-routes';
 
 /** The admin routes' bodies: the bulk fields, and the operator recorded with an action. */
 export const PreviewBody = BulkInput;
 export const ActionBody = BulkInput.extend({ operator: Operator });
+export const OneBody = z.strictObject({ operator: Operator });
+export const MessageId = z.string().regex(/^\d{1,18}$/, 'a mailbox message id');
 
 /** Wakes requeued instances' hosts after the commit; a lost wake-up is the minute poll's to recover. */
 function wakeAfterCommit(c: Context<AppEnv>, instances: string[]) {
@@ -75,6 +80,22 @@ export function bulkAudit(r: BulkResult) {
 }
 
 /**
+ * One dead letter by id, for the console's `dead-requeue` / `dead-discard` and the routes
+ * below: the effect runtime's one-row statements (fenced by `state = 'dead'`); a message that
+ * is not dead (already requeued, discarded or pruned) is 404. A requeue wakes its host after
+ * the statement committed.
+ */
+export async function oneDeadLetter(c: Context<AppEnv>, action: BulkAction, messageId: string) {
+  const id = valid(MessageId, messageId);
+  const pool = c.var.db();
+  const instanceId =
+    action === 'requeue' ? await requeueDeadMessage(pool, id) : await discardDeadMessage(pool, id);
+  if (!instanceId) throw new AppError('not_found', 'No such dead-lettered message');
+  if (action === 'requeue') wakeAfterCommit(c, [instanceId]);
+  return { id, instanceId, outcome: action === 'requeue' ? 'requeued' : 'discarded' };
+}
+
+/**
  * Dead letters in bulk (docs/operations.md "Dead letters in bulk"), mounted at
  * /admin/effects/dead-letters. Requeue and discard are recorded in console_audit with their
  * operator, as console actions are; a preview changes nothing and is not recorded.
@@ -86,7 +107,23 @@ export const deadLettersAdmin = new Hono<AppEnv>()
     return c.json(await bulkDeadLetters(c, 'preview', input));
   })
   .post('/requeue', async (c) => act(c, 'requeue'))
-  .post('/discard', async (c) => act(c, 'discard'));
+  .post('/discard', async (c) => act(c, 'discard'))
+  .post('/:id/requeue', async (c) => actOne(c, 'requeue'))
+  .post('/:id/discard', async (c) => actOne(c, 'discard'));
+
+async function actOne(c: Context<AppEnv>, action: BulkAction) {
+  const messageId = valid(MessageId, c.req.param('id'));
+  const { operator } = await readJsonBody(c, OneBody);
+  const r = await oneDeadLetter(c, action, messageId);
+  await recordAction(c.var.db(), {
+    operator,
+    action: `dead-letter.${action}`,
+    target: `mailbox:${r.id}`,
+    outcome: r.outcome,
+    requestId: c.var.requestId,
+  });
+  return c.json({ id: r.id, outcome: r.outcome });
+}
 
 async function act(c: Context<AppEnv>, action: BulkAction) {
   const { operator, ...input } = await readJsonBody(c, ActionBody);

@@ -8,7 +8,7 @@ import { requireAdmin } from '../middleware';
 import { DirectoryBodies } from '../reaction-tickets/admin-routes';
 import { EnableBody, StopBody } from '../retention/routes';
 import { PageQuery } from '../typing-ledger/admin-routes';
-import { ActionBody, PreviewBody } from './dead-letters';
+import { ActionBody, OneBody, PreviewBody } from './dead-letters';
 
 /**
  * The admin API's OpenAPI document, GET /admin/openapi.json (docs/operations.md "Admin API").
@@ -126,6 +126,15 @@ const ROUTES: Doc[] = [
     body: ActionBody,
     answer: BulkResult,
   },
+  ...(['requeue', 'discard'] as const).map(
+    (a): Doc => ({
+      method: 'post',
+      path: `/admin/effects/dead-letters/{id}/${a}`,
+      summary: `${a === 'requeue' ? 'Requeue' : 'Discard'} one dead-lettered message (recorded with the operator); 404 unless it is dead`,
+      body: OneBody,
+      answer: z.object({ id: z.string(), outcome: z.enum(['requeued', 'discarded']) }),
+    }),
+  ),
   {
     method: 'post',
     path: '/admin/lark/installations',

@@ -1,9 +1,7 @@
 import type { Context } from 'hono';
 import { z } from 'zod';
-import { bulkAudit, bulkDeadLetters } from '../admin/dead-letters';
+import { bulkAudit, bulkDeadLetters, MessageId, oneDeadLetter } from '../admin/dead-letters';
 import type { AppEnv } from '../context';
-import { actorHostStub } from '../effects/actor-host-stub';
-import { discardDeadMessage, requeueDeadMessage } from '../effects/dead-letters';
 import { BulkInput } from '../effects/dead-letters-bulk';
 import { AppError } from '../errors';
 import {
@@ -15,7 +13,6 @@ import {
 } from '../installations/settings';
 import { INSTALLATION_ID } from '../installations/store';
 import { constantTimeEqual } from '../lib/constant-time';
-import { log } from '../log';
 import { retentionOwner } from '../retention/routes';
 import { REFUSED, RowId, typingMaintenance, valid } from '../typing-ledger/admin-routes';
 import { removeManually } from '../typing-ledger/manual-removal';
@@ -33,7 +30,6 @@ export interface ActionResult {
 }
 type Action = (c: Context<AppEnv>, s: Session, form: Form) => Promise<ActionResult>;
 
-const MessageId = z.string().regex(/^\d{1,18}$/, 'a mailbox message id');
 const InstallationId = z.string().regex(INSTALLATION_ID, 'an installation id');
 const Setting = z.enum(CHANGEABLE_SETTING_NAMES as [SettingName, ...SettingName[]]);
 const Generation = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -61,13 +57,6 @@ function bulkAction(action: 'requeue' | 'discard'): Action {
       view: bulkResultView(r, await csrfToken(c.var.config, s)),
     };
   };
-}
-
-/** Wakes the instance's host after a requeue; polling delivers anyway, so a failure is only logged. */
-async function wake(c: Context<AppEnv>, instanceId: string): Promise<void> {
-  await actorHostStub(c.env, instanceId)
-    .wake(instanceId)
-    .catch((err: unknown) => log.warn('console_wake_failed', { instanceId, error: err }));
 }
 
 /**
@@ -123,12 +112,10 @@ export const ACTIONS: Record<string, Action> = {
     }
     return { target: rowId, outcome: `${r.outcome} (Lark code ${r.code}, via ${r.via})`, panel: 'typing' };
   },
+  // The admin routes' function (POST /admin/effects/dead-letters/:id/requeue and /discard).
   'dead-requeue': async (c, _s, form) => {
-    const id = valid(MessageId, form.message);
-    const instanceId = await requeueDeadMessage(c.var.db(), id);
-    if (!instanceId) throw new AppError('not_found', 'No such dead-lettered message');
-    await wake(c, instanceId);
-    return { target: `mailbox:${id}`, outcome: 'requeued', panel: 'effects' };
+    const r = await oneDeadLetter(c, 'requeue', valid(MessageId, form.message));
+    return { target: `mailbox:${r.id}`, outcome: r.outcome, panel: 'effects' };
   },
   // The admin route's change (PATCH /admin/lark/installations/:id/settings), one setting a form.
   'settings-update': async (c, s, form) => {
@@ -159,10 +146,8 @@ export const ACTIONS: Record<string, Action> = {
   'dead-bulk-requeue': bulkAction('requeue'),
   'dead-bulk-discard': bulkAction('discard'),
   'dead-discard': async (c, _s, form) => {
-    const id = valid(MessageId, form.message);
-    if (!(await discardDeadMessage(c.var.db(), id)))
-      throw new AppError('not_found', 'No such dead-lettered message');
-    return { target: `mailbox:${id}`, outcome: 'discarded', panel: 'effects' };
+    const r = await oneDeadLetter(c, 'discard', valid(MessageId, form.message));
+    return { target: `mailbox:${r.id}`, outcome: r.outcome, panel: 'effects' };
   },
 };
 
