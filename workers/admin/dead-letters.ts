@@ -6,7 +6,6 @@ import { actorHostStub } from '../effects/actor-host-stub';
 import { discardDeadMessage, requeueDeadMessage } from '../effects/dead-letters';
 import {
   actOnDeadLetters,
-  BULK_WAKE_LIMIT,
   type BulkAction,
   BulkInput,
   type BulkPreview,
@@ -15,8 +14,10 @@ import {
   parseBulk,
   previewDeadLetters,
 } from '../effects/dead-letters-bulk';
+import { WAKE_BUDGET_MS } from '../effects/recovery';
 import { AppError } from '../errors';
 import { readJsonBody } from '../lib/json-body';
+import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
 import { valid } from '../typing-ledger/admin-routes';
@@ -27,15 +28,26 @@ export const ActionBody = BulkInput.extend({ operator: Operator });
 export const OneBody = z.strictObject({ operator: Operator });
 export const MessageId = z.string().regex(/^\d{1,18}$/, 'a mailbox message id');
 
-/** Wakes requeued instances' hosts after the commit; a lost wake-up is the minute poll's to recover. */
+/** Hosts asked at once; a page's up to 1,000 instances go in rounds of this many. */
+const WAKE_CONCURRENCY = 50;
+
+/**
+ * Wakes every requeued instance's host, after the page committed (never inside it): each gets
+ * `ActorHost.schedule` (its own alarm, now; it returns before the pump, as the minute cron's
+ * wakes do), bounded by WAKE_BUDGET_MS, in rounds of WAKE_CONCURRENCY, after the answer
+ * (`waitUntil`). A failed one is logged once; the minute cron's mailbox poll delivers it.
+ */
 function wakeAfterCommit(c: Context<AppEnv>, instances: string[]) {
-  const woken = Promise.all(
-    instances.slice(0, BULK_WAKE_LIMIT).map((id) =>
-      actorHostStub(c.env, id)
-        .wake(id)
-        .catch((err: unknown) => log.warn('dead_letters_wake_failed', { instanceId: id, error: err })),
-    ),
-  );
+  const wakeOne = (id: string) =>
+    withTimeout(
+      actorHostStub(c.env, id).schedule(id),
+      WAKE_BUDGET_MS,
+      () => new Error(`wake-up did not answer within ${WAKE_BUDGET_MS} ms`),
+    ).catch((err: unknown) => log.warn('dead_letters_wake_failed', { instanceId: id, error: err }));
+  const woken = (async () => {
+    for (let i = 0; i < instances.length; i += WAKE_CONCURRENCY)
+      await Promise.all(instances.slice(i, i + WAKE_CONCURRENCY).map(wakeOne));
+  })();
   try {
     c.executionCtx.waitUntil(woken);
   } catch {
@@ -135,5 +147,5 @@ async function act(c: Context<AppEnv>, action: BulkAction) {
     ...bulkAudit(r),
   });
   const { instances: _hosts, ...body } = r;
-  return c.json({ ...body, woken: Math.min(r.instances.length, BULK_WAKE_LIMIT) });
+  return c.json({ ...body, woken: r.instances.length });
 }

@@ -79,7 +79,7 @@ const BulkResult = z
     changed: z.number().int().describe('Rows this request changed: 0 on a repeat'),
     ids: z.array(z.string()),
     next: z.string().nullable().describe('The next page, null after the last'),
-    woken: z.number().int().describe('Hosts woken after the commit (the rest: the minute poll)'),
+    woken: z.number().int().describe('Instances whose hosts are woken after the commit (0 for a discard)'),
   })
   .meta({ id: 'DeadLetterPage' });
 

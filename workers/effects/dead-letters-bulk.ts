@@ -32,8 +32,6 @@ import { INSTALLATION_ID } from '../installations/store';
 export const BULK_MAX = 1000;
 /** The preview's count stops here: its cost is bounded by the cap, not by the backlog. */
 export const BULK_COUNT_CAP = 100_000;
-/** Hosts a requeue wakes itself per page; the rest are found by the minute cron's mailbox poll. */
-export const BULK_WAKE_LIMIT = 100;
 
 export type BulkAction = 'requeue' | 'discard';
 
