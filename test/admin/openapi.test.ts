@@ -86,6 +86,17 @@ describe('GET /admin/openapi.json', () => {
     );
     expect(body.required.sort()).toEqual(['installation', 'operator']);
     expect(body.properties.limit!.maximum).toBe(1000);
+    // Every pattern is a plain ECMA-262 source that compiles, the operator's included.
+    const patterns: string[] = [];
+    const walk = (v: unknown): void => {
+      if (v && typeof v === 'object')
+        for (const [k, x] of Object.entries(v)) k === 'pattern' ? patterns.push(String(x)) : walk(x);
+    };
+    walk(doc);
+    expect(patterns.length).toBeGreaterThan(2);
+    for (const p of patterns) expect(() => new RegExp(p, 'u'), p).not.toThrow();
+    const operator = (body.properties.operator as { pattern: string }).pattern;
+    expect(new RegExp(operator, 'u').test('ops@example.com'), operator).toBe(true);
     const page = doc.paths['/admin/typing-reactions/workspaces/{workspaceId}/rows']!.get!;
     expect(
       page

@@ -359,11 +359,28 @@ function document() {
   });
 }
 
+/**
+ * The generator writes a regex with flags as `source/flags` (the operator name's
+ * `/^[^\p{Cc}]+$/u` came out as `^[^\p{Cc}]+$/u`, a pattern nothing matches). JSON Schema
+ * patterns are ECMA-262 with Unicode semantics: the flags go. A `/` inside a regex source is
+ * always escaped, so an unescaped `/` before trailing letters is the generator's.
+ */
+function withoutRegexFlags<T>(node: T): T {
+  if (Array.isArray(node)) node.forEach(withoutRegexFlags);
+  else if (node && typeof node === 'object')
+    for (const [k, v] of Object.entries(node as Record<string, unknown>)) {
+      if (k === 'pattern' && typeof v === 'string')
+        (node as Record<string, unknown>)[k] = v.replace(/(?<!\\)\/[dgimsuvy]+$/, '');
+      else withoutRegexFlags(v);
+    }
+  return node;
+}
+
 let built: ReturnType<typeof document> | undefined;
 
 /** The document, built once per isolate (it depends on code only). */
 export function adminOpenApiDocument() {
-  built ??= document();
+  built ??= withoutRegexFlags(document());
   return built;
 }
 
