@@ -184,6 +184,18 @@ describe('dead letters in bulk (admin API)', () => {
     expect((await ok<Preview>(await post('preview', { installation: inst }))).count).toBe(2);
   });
 
+  it('cuts a hand-made cursor spanning more than 1,000 rows at 1,000, and the next page starts where it stopped', async () => {
+    const inst = newInstallation();
+    const ids = await seed(inst, 1500);
+    const { p, range } = await previewed(inst, { limit: 10 });
+    const wide = { ...range, cursor: `0.0-${Date.parse(p.to)}.${'9'.repeat(18)}` };
+    const first = await ok<Acted>(await post('requeue', wide));
+    expect(first.changed).toBe(1000);
+    const second = await ok<Acted>(await post('requeue', { ...range, cursor: first.next! }));
+    expect([second.changed, second.next]).toEqual([500, null]);
+    expect(await states(ids)).toEqual({ pending: 1500 });
+  });
+
   it('discards only dead rows of the range, once, page by page', async () => {
     const inst = newInstallation();
     const ids = await seed(inst, 12);

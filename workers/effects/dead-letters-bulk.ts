@@ -161,8 +161,10 @@ const CHANGE: Record<BulkAction, string> = {
 };
 
 /**
- * One page: its interval ($7, $8 after; $4, $5 through; at most BULK_MAX rows whatever the
- * cursor says), changed, and the next page read after it ($6 rows after $4, $5).
+ * One page: its interval ($7, $8 after; $4, $5 through), at most BULK_MAX rows whatever the
+ * cursor says, changed; then the next page ($6 rows) read after where this one stopped: its
+ * `through`, or its last row when it was cut at BULK_MAX (a hand-made cursor spanning more),
+ * so no row of the range is skipped.
  */
 const ACT = (a: BulkAction) => `
 with page as (
@@ -171,9 +173,18 @@ with page as (
     and (m.dead_at_ms, m.id) <= ($4::bigint, $5::bigint)
   order by m.dead_at_ms, m.id limit ${BULK_MAX}),
 changed as (${CHANGE[a]}),
-following as (${FOLLOWING})
+stopped as (
+  select coalesce(
+    (select array[p.dead_at_ms, p.id] from page p where (select count(*) from page) = ${BULK_MAX}
+      order by p.dead_at_ms desc, p.id desc limit 1),
+    array[$4::bigint, $5::bigint]) as k),
+following as (
+  select m.id, m.dead_at_ms from stopped s, ${IN_RANGE}
+    and (m.dead_at_ms, m.id) > (s.k[1], s.k[2])
+  order by m.dead_at_ms, m.id limit $6)
 select coalesce((select json_agg(id::text order by id) from changed), '[]'::json) as ids,
   coalesce((select json_agg(distinct instance_id) from changed), '[]'::json) as instances,
+  (select k[1] || '.' || k[2] from stopped) as stopped,
   ${LAST('following')} as last`;
 
 export interface BulkPreview {
@@ -248,7 +259,7 @@ export async function actOnDeadLetters(
 ): Promise<BulkResult> {
   const { after, through } = p.interval!;
   const { rows } = await withTx(pool, { budgetMs: 15_000, maxAttempts: 3 }, (tx) =>
-    tx.query<{ ids: string[]; instances: string[]; last: string | null }>(ACT(action), [
+    tx.query<{ ids: string[]; instances: string[]; stopped: string; last: string | null }>(ACT(action), [
       b.installation,
       b.fromMs,
       b.toMs,
@@ -268,6 +279,6 @@ export async function actOnDeadLetters(
     changed: r.ids.length,
     ids: r.ids,
     instances: action === 'requeue' ? r.instances : [],
-    next: r.last ? `${key(through)}-${r.last}` : null,
+    next: r.last ? `${r.stopped}-${r.last}` : null,
   };
 }
