@@ -10,6 +10,12 @@ export const ERROR_STATUS = {
   csrf_invalid: 403,
   /** A console action was posted without its confirmation. */
   confirmation_required: 400,
+  /** A bulk range whose `from` is after its `to` (workers/effects/dead-letters-bulk.ts). */
+  range_invalid: 400,
+  /** A page cursor that is not the `next` of a previous page of the same range. */
+  cursor_invalid: 400,
+  /** A bulk action whose range is not the closed one a preview returned. */
+  preview_required: 400,
   not_found: 404,
   method_not_allowed: 405,
   conflict: 409,

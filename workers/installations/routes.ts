@@ -31,7 +31,7 @@ const ApiBase = z
   .transform((v) => v.replace(/\/+$/, ''));
 const Secret = pgText().min(1).max(512);
 
-const Register = z.strictObject({
+export const Register = z.strictObject({
   workspace_id: InstallationWorkspaceId,
   app_id: z.string().regex(/^cli_[A-Za-z0-9]+$/, 'a Lark App ID (cli_…)'),
   app_secret: Secret,
@@ -40,10 +40,10 @@ const Register = z.strictObject({
   api_base: ApiBase.optional(),
 });
 
-const ChangeSettings = z.strictObject({ operator: Operator, settings: SettingsChange });
-const Pause = z.strictObject({ operator: Operator });
-const Resume = z.strictObject({ operator: Operator, backlog: z.enum(['answer', 'drop']) });
-const Rerun = z.strictObject({ operator: Operator });
+export const ChangeSettings = z.strictObject({ operator: Operator, settings: SettingsChange });
+export const Pause = z.strictObject({ operator: Operator });
+export const Resume = z.strictObject({ operator: Operator, backlog: z.enum(['answer', 'drop']) });
+export const Rerun = z.strictObject({ operator: Operator });
 
 /**
  * Resumed conversations whose hosts the route wakes itself (after the answer); the rest are
@@ -70,7 +70,7 @@ async function audit(
     });
 }
 
-const Rotate = z
+export const Rotate = z
   .strictObject({
     app_secret: Secret.optional(),
     verification_token: Secret.optional(),

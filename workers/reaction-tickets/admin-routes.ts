@@ -25,6 +25,18 @@ import { runReactionTx } from './run';
 const Id = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
 const Ids = z.array(Id).max(500);
 
+/** The directory routes' bodies (also in the admin API's OpenAPI document, workers/admin/openapi.ts). */
+export const DirectoryBodies = {
+  workspace: z.object({ name: pgText().max(200).optional() }).strict(),
+  actor: z.object({ workspaceId: Id, displayName: pgText().max(200).optional() }).strict(),
+  conversation: z.object({ workspaceId: Id, title: pgText().max(500).optional() }).strict(),
+  members: z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict(),
+  message: z
+    .object({ conversationId: Id, authorActorId: Id.optional(), body: pgText().max(20_000).optional() })
+    .strict(),
+};
+const B = DirectoryBodies;
+
 function id(raw: string): string {
   const parsed = Id.safeParse(raw);
   if (!parsed.success) throw new AppError('validation_failed', 'Malformed ID');
@@ -33,15 +45,12 @@ function id(raw: string): string {
 
 export const directoryAdmin = new Hono<AppEnv>()
   .put('/workspaces/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(c, z.object({ name: pgText().max(200).optional() }).strict());
+    const b = await readJsonBody(c, B.workspace);
     await upsertWorkspace(c.var.db(), { id: id(c.req.param('id')), name: b.name });
     return c.json({ ok: true });
   })
   .put('/actors/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(
-      c,
-      z.object({ workspaceId: Id, displayName: pgText().max(200).optional() }).strict(),
-    );
+    const b = await readJsonBody(c, B.actor);
     await upsertActor(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
   })
@@ -51,24 +60,16 @@ export const directoryAdmin = new Hono<AppEnv>()
     return c.json({ signedOutAt: new Date(at).toISOString() });
   })
   .put('/conversations/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(
-      c,
-      z.object({ workspaceId: Id, title: pgText().max(500).optional() }).strict(),
-    );
+    const b = await readJsonBody(c, B.conversation);
     await upsertConversation(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
   })
   .post('/conversations/:id/members', requireAdmin(), async (c) => {
-    const b = await readJsonBody(c, z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict());
+    const b = await readJsonBody(c, B.members);
     return c.json(await setMembers(c.var.db(), id(c.req.param('id')), b.add, b.remove));
   })
   .put('/messages/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(
-      c,
-      z
-        .object({ conversationId: Id, authorActorId: Id.optional(), body: pgText().max(20_000).optional() })
-        .strict(),
-    );
+    const b = await readJsonBody(c, B.message);
     await upsertMessage(c.var.db(), { id: id(c.req.param('id')), ...b });
     return c.json({ ok: true });
   });

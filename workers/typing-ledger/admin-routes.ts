@@ -40,7 +40,7 @@ export interface WorkspaceTypingStatus {
 
 export const RowId = z.string().regex(/^[A-Za-z0-9_-]{1,100}$/, 'a ledger row id');
 /** A page: `after` is the previous page's `next` (`<microseconds>.<row id>`). */
-const PageQuery = z.strictObject({
+export const PageQuery = z.strictObject({
   state: z.enum(['abandoned', 'overdue']).default('abandoned'),
   limit: z.coerce.number().int().min(1).max(100).default(50),
   after: z

@@ -57,6 +57,10 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   turn_running: 'rejected',
   installation_paused: 'rejected',
   turn_inputs_gone: 'rejected',
+  // Admin-only codes (bulk dead letters): never an answer to the mobile client's calls.
+  range_invalid: 'rejected',
+  cursor_invalid: 'rejected',
+  preview_required: 'rejected',
   // The operator console (/console) only.
   csrf_invalid: 'rejected',
   confirmation_required: 'rejected',
