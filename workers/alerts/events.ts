@@ -53,6 +53,7 @@ export const ALERTS: Readonly<Record<string, AlertRule>> = {
   actor_host_heartbeat_failed: { level: 'error', key: [] },
   actor_host_retry_arm_failed: { level: 'error', key: [] },
   actor_host_pump_deferred: { level: 'warn', key: [] },
+  shape_version_refused: { level: 'error', key: ['shape', 'version'] },
   housekeeping_failed: { level: 'error', key: [] },
   housekeeping_step_failed: { level: 'error', key: ['step'] },
   cron_failed: { level: 'error', key: ['cron'] },

@@ -2,6 +2,7 @@ import { SUBKEY, subkey } from '../crypto/subkeys';
 import type { Config } from '../env';
 import { fromBase64Url, toBase64Url } from '../lib/base64';
 import { constantTimeEqual } from '../lib/constant-time';
+import { isNewerShape } from '../lib/shape-version';
 
 /**
  * Console sessions: `<payload>.<mac>` in an HttpOnly cookie, payload = base64url JSON
@@ -14,6 +15,8 @@ import { constantTimeEqual } from '../lib/constant-time';
  * there is no server-side session store to revoke from.
  */
 export const SESSION_TTL_MS = 30 * 60_000;
+/** The session payload's shape version (workers/lib/shape-version.ts): 1 writes no `_v`. */
+export const SESSION_SHAPE_VERSION = 1;
 export const SESSION_COOKIE = 'rl_console';
 
 export interface Session {
@@ -74,6 +77,9 @@ export async function readSession(
   if (!constantTimeEqual(given, await mac(config, session.kv, `session\u0000${payload}`))) return null;
   if (typeof session.exp !== 'number' || session.exp <= now) return null;
   if (typeof session.operator !== 'string' || typeof session.sid !== 'string') return null;
+  // Signed by a newer release in a shape this one does not read: no session here (the operator
+  // signs in again), logged, never misread.
+  if (isNewerShape('console session', session, SESSION_SHAPE_VERSION, { sid: session.sid })) return null;
   return session;
 }
 

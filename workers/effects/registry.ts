@@ -56,6 +56,14 @@ export interface ActorType<S = unknown> {
    * Without it, instances are kept forever.
    */
   retention?: InstanceRetention;
+  /**
+   * The newest shape version this release's handler reads of the type's state and of its
+   * mailbox payloads (workers/lib/shape-version.ts; default 1). A state or payload written at a
+   * newer version is refused before the handler runs: never misread, never counted as a failed
+   * delivery (the host retries; the newer release reads it).
+   */
+  stateVersion?: number;
+  messageVersion?: number;
 }
 
 export interface ClaimedEffect {
@@ -79,6 +87,12 @@ export interface EffectExecutor {
    * (docs/effects.md "Restarts and deploys"). Every other kind keeps the staleness rule.
    */
   idempotentByKey?: boolean;
+  /**
+   * The newest shape version of this kind's arguments this release's executor reads
+   * (workers/lib/shape-version.ts; default 1). Arguments written at a newer version are never
+   * run here: the attempt fails as `shape_version_unsupported` (retried with its backoff).
+   */
+  argsVersion?: number;
   /**
    * Resolves with the result (stored, JSON) or throws (retry with backoff, then dead).
    * `ctx.pool` is the runner's own pool (the actor host's, in its I/O context): an executor

@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
+import { refuseNewerShape } from '../lib/shape-version';
 import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { commitActor } from './commit';
@@ -69,6 +70,15 @@ export async function drainStep(
     const writes: ((tx: PoolClient) => Promise<void>)[] = [];
     // A timer event consumes the timer unless the handler sets a new one.
     let wakeAtMs: number | null | undefined = event.type === 'timer' ? null : undefined;
+    // Written by a newer release than this one reads: refused before the handler sees it (never
+    // misread), outside the try below so it is not counted as a failed delivery; the pump fails
+    // and retries, and the newer release, serving this object within the rollout, reads it.
+    refuseNewerShape(`${inst.actor_type} state`, inst.state, actor.stateVersion ?? 1, { instanceId });
+    if (msg)
+      refuseNewerShape(`${inst.actor_type} message`, msg.payload, actor.messageVersion ?? 1, {
+        instanceId,
+        messageId: msg.id,
+      });
     try {
       const state = await actor.handle(event, inst.state ?? actor.initialState(), {
         instanceId,
@@ -268,6 +278,8 @@ export async function runClaimedEffects(
         return;
       }
       try {
+        // Arguments a newer release wrote are never run by code that would misread them.
+        refuseNewerShape(`${e.kind} arguments`, e.args, exec.argsVersion ?? 1, { effectId: e.id });
         const timeoutMs = exec.timeoutMs ?? DEFAULT_EXECUTOR_TIMEOUT_MS;
         const signal = AbortSignal.timeout(timeoutMs);
         // Bounded whether or not the executor honours its signal: past its timeout the effect
