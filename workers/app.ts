@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { deadLettersAdmin } from './admin/dead-letters';
 import { adminOpenApi } from './admin/openapi';
 import { adminStatus } from './admin/status';
+import { conversationsAdmin } from './channel/inspect-routes';
 import { webhook as larkWebhook } from './channel/webhook';
 import { consoleApp } from './console/routes';
 import type { AppEnv } from './context';
@@ -40,6 +41,7 @@ export function createApp() {
   app.route('/admin/effects/dead-letters', deadLettersAdmin);
   app.route('/admin/openapi.json', adminOpenApi);
   app.route('/admin/lark/installations', larkInstallations);
+  app.route('/admin/lark/conversations', conversationsAdmin);
   app.route('/admin/typing-reactions', typingAdmin);
   app.route('/admin/retention', retentionAdmin);
   app.route('/admin/reaction-contract', legacyContractAdmin);

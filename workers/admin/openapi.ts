@@ -1,6 +1,7 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import { Hono } from 'hono';
 import { z } from 'zod';
+import { InspectQuery } from '../channel/inspect';
 import type { AppEnv } from '../context';
 import { ERROR_STATUS, type ErrorCode } from '../errors';
 import { ChangeSettings, Pause, Register, Rerun, Resume, Rotate } from '../installations/routes';
@@ -192,6 +193,14 @@ const ROUTES: Doc[] = [
     answer: z.object({
       rerun: z.object({ session_id: z.string(), turn_no: z.number().int(), inputs: z.number().int() }),
     }),
+  },
+  {
+    method: 'get',
+    path: '/admin/lark/conversations',
+    summary:
+      'The conversation inspector: conversations by chat id, message id or open_id, and the chosen one (or the newest) on one timeline',
+    query: InspectQuery,
+    answer: z.object({ matches: z.array(Json), conversation: Json.nullable(), timeline: z.array(Json) }),
   },
   {
     method: 'delete',

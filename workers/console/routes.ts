@@ -1,5 +1,6 @@
 import { type Context, Hono } from 'hono';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
+import { InspectQuery, inspect } from '../channel/inspect';
 import type { AppEnv } from '../context';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
@@ -7,10 +8,12 @@ import { constantTimeEqual } from '../lib/constant-time';
 import { assertStorable } from '../lib/json-body';
 import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
+import { valid } from '../typing-ledger/admin-routes';
 import { listGivenUp } from '../typing-ledger/given-up';
 import { ACTIONS, formTarget } from './actions';
 import { Operator, recordAction } from './audit';
 import { type ConsoleData, loadConsole } from './data';
+import { inspectView } from './inspect-view';
 import { page, securityHeaders } from './layout';
 import {
   cookieOptions,
@@ -92,6 +95,25 @@ export const consoleApp = new Hono<AppEnv>()
       c,
       200,
       dashboardView(data, { operator: s.operator, csrf: await csrfToken(c.var.config, s), abandoned }),
+    );
+  })
+  // The conversation inspector (GET: a search reads, it changes nothing; the re-run it offers is
+  // a confirmed POST like every action).
+  .get('/inspect', async (c) => {
+    const s = await session(c);
+    if (!s) return render(c, 401, loginView(null));
+    const raw = c.req.query('q');
+    const found =
+      raw === undefined || raw === ''
+        ? { q: '', matches: [], conversation: null, timeline: [] }
+        : await (async () => {
+            const input = valid(InspectQuery, { q: raw, session: c.req.query('session') });
+            return { q: input.q, ...(await inspect(c.var.db(), input.q, input.session)) };
+          })();
+    return render(
+      c,
+      200,
+      inspectView({ operator: s.operator, csrf: await csrfToken(c.var.config, s), ...found }),
     );
   })
   .post('/login', async (c) => {

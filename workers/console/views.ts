@@ -301,6 +301,7 @@ function auditPanel(d: ConsoleData) {
 export function dashboardView(d: ConsoleData, p: { operator: string; csrf: string; abandoned: Row[] }) {
   return html`<header><h1>reaction-ledger console</h1><span class="muted">database time ${when(d.dbNow)}</span>
     <span>signed in as <b>${p.operator}</b></span>
+    <a href="/console/inspect" data-testid="inspect-link">Inspect a conversation</a>
     <form method="post" action="/console/logout"><input type="hidden" name="csrf" value="${p.csrf}"><button type="submit">Sign out</button></form></header>
     <main>${typingPanel(d, p.csrf, p.abandoned)}${effectsPanel(d, p.csrf)}${larkPanel(d, p.csrf)}${retentionPanel(d, p.csrf)}${ticketsPanel(d)}${auditPanel(d)}</main>`;
 }

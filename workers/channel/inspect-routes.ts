@@ -1,0 +1,15 @@
+import { Hono } from 'hono';
+import type { AppEnv } from '../context';
+import { requireAdmin } from '../middleware';
+import { valid } from '../typing-ledger/admin-routes';
+import { InspectQuery, inspect } from './inspect';
+
+/**
+ * GET /admin/lark/conversations?q=<chat id | message id | open_id>[&session=<id>]: the
+ * conversation inspector as JSON (the console's `/console/inspect` renders the same), for
+ * operators who script it (docs/operations.md "Conversation inspector").
+ */
+export const conversationsAdmin = new Hono<AppEnv>().use('*', requireAdmin()).get('/', async (c) => {
+  const input = valid(InspectQuery, { q: c.req.query('q'), session: c.req.query('session') });
+  return c.json(await inspect(c.var.db(), input.q, input.session));
+});
