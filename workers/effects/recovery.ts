@@ -358,16 +358,6 @@ export async function pruneExpiredBindings(q: Queryable, batch = 1000): Promise<
 }
 
 /**
- * Bounded retention for resolved checks and expired bindings (kept for callers of the
- * original API; the minute cron runs the two separately, each with its own budget).
- * Returns the number of bindings deleted.
- */
-export async function pruneRecoveryBindings(q: Queryable, batch = 1000): Promise<number> {
-  await pruneRecoveryChecks(q, batch);
-  return pruneExpiredBindings(q, batch);
-}
-
-/**
  * Deletes terminal effects past retention (bindings stay), one bounded batch. `picked` uses the
  * finished index; `locked` takes those rows in ID order, the order every other effect lock
  * uses (effect-recovery.md). Terminal states are final, so the pick needs no re-check.
