@@ -3,7 +3,7 @@ import { CONVERSATION_INSTANCE_RETENTION } from '../../workers/channel/conversat
 import '../../workers/channel/engine';
 import { CONVERSATION_ACTOR } from '../../workers/channel/session';
 import { withTx } from '../../workers/db/tx';
-import { runRetention } from '../../workers/effects/cron';
+import { pruneEffectRows } from '../../workers/effects/cron';
 import { type InstanceRetentionRule, pruneIdleInstances } from '../../workers/effects/instance-retention';
 import { enqueueMessage, ensureInstance, loadInstance } from '../../workers/effects/mailbox';
 import { registerProcess } from '../../workers/effects/processes';
@@ -56,7 +56,7 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
       gone.inst,
     ]);
     await advanceDbClock(pool, 9 * DAY); // past the 7-day binding lifetime and the 2 idle days
-    const report = await runRetention(pool, config, { registry });
+    const report = await pruneEffectRows(pool, config, { registry });
     expect(report).toMatchObject({ effects: 2, bindings: 1, instances: 1, failed: [] });
     expect(await instanceExists(gone.inst)).toBe(false);
     expect(await instanceExists(kept.inst)).toBe(true);
@@ -216,10 +216,10 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
       [session, CONVERSATION_ACTOR],
     );
     await advanceDbClock(pool, 31 * DAY);
-    expect((await runRetention(pool, config)).instances).toBe(0);
+    expect((await pruneEffectRows(pool, config)).instances).toBe(0);
     expect(await instanceExists(session)).toBe(true);
     expect(await pruneIdleConversations(pool, 30 * DAY, 1000)).toBeGreaterThanOrEqual(1);
-    expect((await runRetention(pool, config)).instances).toBe(1);
+    expect((await pruneEffectRows(pool, config)).instances).toBe(1);
     expect(await instanceExists(session)).toBe(false);
   });
 });
