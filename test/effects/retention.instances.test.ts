@@ -1,6 +1,6 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { CONVERSATION_INSTANCE_RETENTION } from '../../workers/channel/conversation';
-import '../../workers/channel/engine';
+import { registerConversationEngine } from '../../workers/channel/engine';
 import { CONVERSATION_ACTOR } from '../../workers/channel/session';
 import { withTx } from '../../workers/db/tx';
 import { pruneEffectRows } from '../../workers/effects/cron';
@@ -203,7 +203,7 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
     expect(await instanceExists(s.inst)).toBe(false);
   });
 
-  it("through the Worker's registry: a conversation's instance survives the minute retention while housekeeping keeps the conversation, and goes at the first retention after housekeeping deleted it", async () => {
+  it("through the registration the Worker makes: a conversation's instance survives the minute retention while housekeeping keeps the conversation, and goes at the first retention after housekeeping deleted it", async () => {
     const session = uid('session');
     await pool.query(
       `insert into channel_conversations (id, installation_id, workspace_id, app_id, chat_id, last_position, created_at, updated_at)
@@ -216,10 +216,11 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
       [session, CONVERSATION_ACTOR],
     );
     await advanceDbClock(pool, 31 * DAY);
-    expect((await pruneEffectRows(pool, config)).instances).toBe(0);
+    const registry = registerConversationEngine(new EffectRegistry());
+    expect((await pruneEffectRows(pool, config, { registry })).instances).toBe(0);
     expect(await instanceExists(session)).toBe(true);
     expect(await pruneIdleConversations(pool, 30 * DAY, 1000)).toBeGreaterThanOrEqual(1);
-    expect((await pruneEffectRows(pool, config)).instances).toBe(1);
+    expect((await pruneEffectRows(pool, config, { registry })).instances).toBe(1);
     expect(await instanceExists(session)).toBe(false);
   });
 });

@@ -14,8 +14,6 @@ import { limitBody } from '../lib/body-limit';
 import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
 import { acceptInboundMessage, unstorableField } from './accept';
-// Registers the conversation actor and its effects (module load) for the webhook and every ActorHost.
-import './engine';
 import type { InboundMessage, RecordedInput } from './inbound';
 import { botMentioned, loadWebhookInstallation } from './mentions';
 import { afterInputAnswered } from './typing-hooks';
