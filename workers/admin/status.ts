@@ -56,7 +56,7 @@ function orNull<T>(part: StatusPart, read: Promise<T>): Promise<T | null> {
  * singleton owners' control state, and the legacy write contract. No identifiers of actors,
  * messages or conversations and no secret ever appear here.
  */
-export const adminStatus = new Hono<AppEnv>().get('/', requireAdmin(), async (c) => {
+export const adminStatus = new Hono<AppEnv>().use('*', requireAdmin()).get('/', async (c) => {
   const started = Date.now();
   const staleAfterMs = c.var.config.EFFECT_STALE_AFTER_MS;
   const [database, typing, retention] = await Promise.all([
