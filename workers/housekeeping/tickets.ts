@@ -1,6 +1,4 @@
-import type { PoolClient } from '@neondatabase/serverless';
-
-type Q = Pick<PoolClient, 'query'>;
+import { ctidBatchDelete, deleteBatch, type Q } from './batch';
 
 /**
  * Expired operation tickets, `grace` after their expiry (reaction_tickets_expires_idx).
@@ -18,23 +16,17 @@ type Q = Pick<PoolClient, 'query'>;
  * Bounded at any table size (issue 15, docs/retention.md "Statement plans"): app_now() is read
  * once, so the cutoff is the expiry index's `Index Cond` and a run with nothing due reads a
  * few pages (compared per row, volatile, it walked the whole index). The batch is deleted by
- * ctid, straight from the heap pages the expiry scan just read: by id it was 1,000 descents of
- * the random-UUID primary key. Ticket rows are never updated; one that were updated after this
- * statement's snapshot would keep an invisible ctid and wait for the next run. Each delete
- * sets its receipt's ticket_id to null through the foreign key, by 0088's index.
+ * ctid (batch.ts; ticket rows are never updated): by id it was 1,000 descents of the
+ * random-UUID primary key. Each delete sets its receipt's ticket_id to null through the
+ * foreign key, by 0088's index.
  */
-export const PRUNE_TICKETS = `
-with now as materialized (select app_now() as t),
-old as (
-  select ctid as old_ctid from private.reaction_tickets
-   where expires_at < (select t from now) - $1 * interval '1 millisecond'
-   order by expires_at
-   limit $2
-   for update skip locked
-)
-delete from private.reaction_tickets where ctid = any(array(select old_ctid from old))`;
+export const PRUNE_TICKETS = ctidBatchDelete({
+  table: 'private.reaction_tickets',
+  where: `expires_at < (select t from now) - $1 * interval '1 millisecond'`,
+  orderBy: 'expires_at',
+  limit: '$2',
+});
 
 export async function pruneExpiredTickets(q: Q, graceMs: number, batch: number): Promise<number> {
-  const { rowCount } = await q.query(PRUNE_TICKETS, [graceMs, batch]);
-  return rowCount ?? 0;
+  return deleteBatch(q, PRUNE_TICKETS, [graceMs, batch]);
 }
