@@ -1,4 +1,5 @@
 import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
 import { limitBody } from '../lib/body-limit';
@@ -57,6 +58,26 @@ async function ticketIdOf(keys: Record<string, string>, token: string): Promise<
   const id = await verifyTicket(keys, token);
   if (!id) throw new AppError('ticket_invalid', 'The ticket is not valid for this actor and operation');
   return id;
+}
+
+type OperationConfig = Parameters<typeof runReactionTx>[1] & { SECRET_KEYS: Record<string, string> };
+
+/**
+ * The one fork of PUT and retire: without a ticket, the legacy contract's path in a reaction
+ * transaction; with one, the ticketed call, one statement in its own transaction
+ * (ticket-call.ts), so no runReactionTx around it.
+ */
+async function byTicketOrLegacy<L, T>(
+  db: () => Pool,
+  config: OperationConfig,
+  ticket: string | undefined,
+  legacy: (client: PoolClient) => Promise<L>,
+  ticketed: (pool: Pool, budget: ReturnType<typeof reactionBudget>, ticketId: string) => Promise<T>,
+): Promise<L | T> {
+  if (ticket === undefined) return runReactionTx(db(), config, legacy);
+  // Verified before the request's pool is asked for: a forged ticket costs no database work.
+  const ticketId = await ticketIdOf(config.SECRET_KEYS, ticket);
+  return ticketed(db(), reactionBudget(config), ticketId);
 }
 
 reactionApi.openapi(
@@ -137,21 +158,12 @@ reactionApi.openapi(
     const caller = c.var.actor;
     const config = c.var.config;
     const intent = { messageId: body.messageId, emoji: body.emoji, desired: body.desired };
-    if (body.ticket === undefined) {
-      const result = await runReactionTx(c.var.db(), config, (client) =>
-        applyLegacy(client, caller, operationId, intent, config.REACTION_TICKET_TTL_SECONDS),
-      );
-      return c.json(result, 200);
-    }
-    const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    // One statement, its own transaction (ticket-call.ts): no runReactionTx around it.
-    const result = await applyWithTicket(
-      c.var.db(),
-      reactionBudget(config),
-      caller,
-      operationId,
-      ticketId,
-      intent,
+    const result = await byTicketOrLegacy(
+      c.var.db,
+      config,
+      body.ticket,
+      (client) => applyLegacy(client, caller, operationId, intent, config.REACTION_TICKET_TTL_SECONDS),
+      (pool, budget, ticketId) => applyWithTicket(pool, budget, caller, operationId, ticketId, intent),
     );
     return c.json(result, 200);
   },
@@ -177,14 +189,13 @@ reactionApi.openapi(
     const body = c.req.valid('json');
     const caller = c.var.actor;
     const config = c.var.config;
-    if (body.ticket === undefined) {
-      const result = await runReactionTx(c.var.db(), config, (client) =>
-        retireLegacy(client, caller, operationId),
-      );
-      return c.json(result, 200);
-    }
-    const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    const result = await retireWithTicket(c.var.db(), reactionBudget(config), caller, operationId, ticketId);
+    const result = await byTicketOrLegacy(
+      c.var.db,
+      config,
+      body.ticket,
+      (client) => retireLegacy(client, caller, operationId),
+      (pool, budget, ticketId) => retireWithTicket(pool, budget, caller, operationId, ticketId),
+    );
     return c.json(result, 200);
   },
 );
