@@ -4,9 +4,9 @@ import { ctidBatchDelete, deleteBatch, type Q } from './batch';
  * Expired operation tickets, `grace` after their expiry (reaction_tickets_expires_idx).
  *
  * Why deletion is safe: every write or retirement with a ticket first looks the ticket up by
- * its ID (workers/reaction-tickets/operations.ts, lockTicket); a deleted ticket is not found
- * and the request gets the terminal 410 operation_outcome_unknown, so a delayed write still
- * never applies. Long before this, the ticket was already refused as expired (410). Receipts
+ * its ID (private.reaction_ticket_call, workers/reaction-tickets/ticket-call.ts); a deleted
+ * ticket is not found and the request gets the terminal 410 operation_outcome_unknown, so a
+ * delayed write still never applies. Long before this, the ticket was already refused as expired (410). Receipts
  * keep their own `ticket_expires_at` (their FK is `on delete set null`), so receipt and fence
  * retention do not depend on the ticket row. Issuance for the same operation ID stays refused
  * (410) without any row: the ID carries its creation stamp, older than the admission window

@@ -5,6 +5,7 @@ import { AppError } from '../errors';
 import { readJsonBody } from '../lib/json-body';
 import { pgText } from '../lib/pg-text';
 import { requireAdmin } from '../middleware';
+import { runReactionTx } from './budget';
 import { closeLegacyContract, getLegacyContractStatus } from './contract';
 import {
   setMembers,
@@ -14,7 +15,6 @@ import {
   upsertMessage,
   upsertWorkspace,
 } from './directory';
-import { runReactionTx } from './run';
 
 /**
  * Admin routes the chat platform uses to upsert its directory (workspaces, actors,

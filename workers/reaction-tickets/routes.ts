@@ -5,14 +5,14 @@ import { AppError } from '../errors';
 import { limitBody } from '../lib/body-limit';
 import { assertStorable } from '../lib/json-body';
 import { enforceRateLimit } from '../rate-limit';
+import { reactionBudget, runReactionTx } from './budget';
 import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
 import { lockMessage } from './locks';
-import { applyWithTicket, retireWithTicket } from './operations';
 import { chargeIssuance } from './quota';
 import { readReactions, toggleReaction } from './reactions';
-import { reactionBudget, runReactionTx } from './run';
 import * as S from './schemas';
+import { applyWithTicket, retireWithTicket } from './ticket-call';
 import { signTicket, ticketKeyVersion, verifyTicket } from './ticket-token';
 import { findTicketByOperation, issueTicket } from './tickets';
 
