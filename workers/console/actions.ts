@@ -13,10 +13,11 @@ import {
 } from '../installations/settings';
 import { INSTALLATION_ID } from '../installations/store';
 import { constantTimeEqual } from '../lib/constant-time';
+import { validInput } from '../lib/json-body';
 import { log } from '../log';
-import { retentionOwner } from '../retention/routes';
-import { REFUSED, RowId, typingMaintenance, valid } from '../typing-ledger/admin-routes';
-import { removeManually } from '../typing-ledger/manual-removal';
+import { retentionOwner } from '../retention/owner';
+import { typingMaintenance } from '../typing-ledger/maintenance';
+import { REFUSED, RowId, removeManually } from '../typing-ledger/manual-removal';
 import type { Session } from './session';
 
 type Form = Record<string, string | File>;
@@ -73,7 +74,7 @@ export const ACTIONS: Record<string, Action> = {
         'forbidden',
         'Enabling the cleanup needs its own credential (RETENTION_ADMIN_TOKEN)',
       );
-    const generation = valid(Generation, form.generation);
+    const generation = validInput(Generation, form.generation);
     const actor = {
       operator: s.operator,
       credential: 'retention_admin' as const,
@@ -85,7 +86,7 @@ export const ACTIONS: Record<string, Action> = {
     return { target: null, outcome: `enabled at generation ${generation}`, panel: 'retention' };
   },
   'badge-remove': async (c, _s, form) => {
-    const rowId = valid(RowId, form.row);
+    const rowId = validInput(RowId, form.row);
     const r = await removeManually(c.var.db(), c.var.config.SECRET_KEYS, rowId);
     if (r.kind !== 'done') {
       const [code, message] = REFUSED[r.kind];
@@ -94,7 +95,7 @@ export const ACTIONS: Record<string, Action> = {
     return { target: rowId, outcome: `${r.outcome} (Lark code ${r.code}, via ${r.via})`, panel: 'typing' };
   },
   'dead-requeue': async (c, _s, form) => {
-    const id = valid(MessageId, form.message);
+    const id = validInput(MessageId, form.message);
     const instanceId = await requeueDeadMessage(c.var.db(), id);
     if (!instanceId) throw new AppError('not_found', 'No such dead-lettered message');
     await wake(c, instanceId);
@@ -102,10 +103,10 @@ export const ACTIONS: Record<string, Action> = {
   },
   // The admin route's change (PATCH /admin/lark/installations/:id/settings), one setting a form.
   'settings-update': async (c, s, form) => {
-    const id = valid(InstallationId, form.installation);
-    const setting = valid(Setting, form.setting);
+    const id = validInput(InstallationId, form.installation);
+    const setting = validInput(Setting, form.setting);
     const text = typeof form.value === 'string' ? form.value.trim() : '';
-    const change = valid(SettingsChange, { [setting]: settingFromText(setting, text) });
+    const change = validInput(SettingsChange, { [setting]: settingFromText(setting, text) });
     const update = await updateSettings(c.var.db(), id, change, s.operator);
     if (!update) throw new AppError('not_found', 'No such installation');
     const ch = update.changed[0];
@@ -116,7 +117,7 @@ export const ACTIONS: Record<string, Action> = {
     };
   },
   'dead-discard': async (c, _s, form) => {
-    const id = valid(MessageId, form.message);
+    const id = validInput(MessageId, form.message);
     if (!(await discardDeadMessage(c.var.db(), id)))
       throw new AppError('not_found', 'No such dead-lettered message');
     return { target: `mailbox:${id}`, outcome: 'discarded', panel: 'effects' };
