@@ -47,7 +47,7 @@ async function generate(): Promise<string> {
       dialect: 'postgres',
       outFile: null,
       logLevel: 'error',
-      excludePattern: 'schema_migrations',
+      excludePattern: 'schema_{migrations,functions}',
     });
     return HEADER + text;
   } finally {

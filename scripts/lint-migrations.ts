@@ -18,7 +18,7 @@ import { existsSync } from 'node:fs';
 import { isAbsolute, join, relative } from 'node:path';
 // Node's URL, not the Workers runtime's global type (tsconfig loads both).
 import { fileURLToPath, URL } from 'node:url';
-import { readMigrations } from './lib/migrator';
+import { readFunctionFiles, readMigrations } from './lib/migrator';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 /** The server version the rules assume (production and the embedded test server: 18). */
@@ -36,7 +36,11 @@ if (!existsSync(SQUAWK)) {
   process.exit(1);
 }
 
-const files = await readMigrations(dir);
+// The repeatable function files too: each runs in one transaction (scripts/lib/migrator.ts).
+const files = [
+  ...(await readMigrations(dir)),
+  ...(await readFunctionFiles(dir)).map((f) => ({ ...f, name: `functions/${f.name}`, noTransaction: false })),
+];
 let ok = true;
 
 for (const file of files) {

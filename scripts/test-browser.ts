@@ -4,7 +4,8 @@
 // tickets and answers), one failing Lark withdrawal (emulator fault) and one dead-lettered
 // message, then drives Debian's Chromium (/usr/bin/chromium, CHROMIUM_PATH to override)
 // through playwright-core: a wrong token and a missing CSRF token are refused, sign-in works,
-// every panel renders with data, a chart has points, stop then enable round-trips. One
+// every panel renders with data, a chart has points, stop then enable round-trips, a bulk
+// dead-letter preview then its requeue. One
 // screenshot per panel (and the whole page) goes to test-results/console-*.png. Exit code 1 on
 // any failure. Refuses to run while this checkout's `npm run dev` is up (one stack per checkout).
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -160,11 +161,49 @@ async function seed(base: string, db: pg.Client) {
      select id, 'seed:poison', '{}'::jsonb, 'dead', 5, 'Error: seeded handler failure', app_now_ms() from i
      on conflict do nothing`,
   );
+  // Three dead letters of one installation's conversation, for the bulk actions.
+  await db.query(
+    `with c as (insert into channel_conversations (id, installation_id, workspace_id, app_id, chat_id)
+                values ('console-bulk-seed', '${BULK_INSTALLATION}', 'ws_bulk', 'cli_bulk', 'oc_bulk') returning id),
+     i as (insert into actor_instances (id, actor_type, actor_key) select id, 'console-seed', id from c returning id)
+     insert into actor_mailbox (instance_id, message_key, payload, state, attempts, last_error, dead_at_ms)
+     select i.id, 'seed:bulk:' || g, '{}'::jsonb, 'dead', 5, 'Error: seeded handler failure', app_now_ms()
+       from i, generate_series(1, 3) g`,
+  );
   // The minute cron keeps the maintenance alarm armed; its first pass runs at once.
   await fetch(`${base}/cdn-cgi/handler/scheduled?cron=*+*+*+*+*`);
   await until(
     'a maintenance run to be recorded',
     async () => (await db.query('select 1 from typing_maintenance_runs')).rowCount,
+  );
+}
+
+const BULK_INSTALLATION = 'li_browserbulk';
+
+/** Dead letters in bulk: the preview shows the count, its confirmed requeue changes the page. */
+async function bulkDeadLetters(page: Page) {
+  const form = page.locator('#panel-effects form[data-action="dead-bulk-preview"]');
+  await form.locator('input[name=installation]').fill(BULK_INSTALLATION);
+  await form.locator('input[name=confirm]').check();
+  await Promise.all([page.waitForURL(/dead-bulk-preview$/), form.locator('button[type=submit]').click()]);
+  check(
+    (await page.locator('[data-testid="bulk-count"]').textContent()) === '3',
+    'bulk preview: 3 dead letters counted, nothing changed',
+  );
+  await page.locator('#panel-bulk').screenshot({ path: join(results, 'console-bulk-preview.png') });
+  const requeue = page.locator('#panel-bulk form[data-action="dead-bulk-requeue"]');
+  await requeue.locator('input[name=confirm]').check();
+  await Promise.all([page.waitForURL(/dead-bulk-requeue$/), requeue.locator('button[type=submit]').click()]);
+  check(
+    (await page.locator('[data-testid="bulk-changed"]').textContent()) === '3',
+    'bulk requeue: the previewed page of 3 requeued',
+  );
+  await page.locator('#panel-bulk').screenshot({ path: join(results, 'console-bulk-requeue.png') });
+  await page.goto(page.url().replace(/\/console\/actions\/.*$/, '/console'));
+  const audit = (await page.locator('#panel-audit').textContent()) ?? '';
+  check(
+    /dead-bulk-preview/.test(audit) && /dead-bulk-requeue/.test(audit),
+    'both bulk actions are in the audit panel',
   );
 }
 
@@ -288,6 +327,7 @@ async function drive(consoleUrl: string) {
   await page.locator('#panel-audit').screenshot({ path: join(results, 'console-audit.png') });
   await page.screenshot({ path: join(results, 'console.png'), fullPage: true });
 
+  await bulkDeadLetters(page);
   await csrfMissingRefused(page);
 }
 

@@ -1,4 +1,6 @@
 import { Hono } from 'hono';
+import { deadLettersAdmin } from './admin/dead-letters';
+import { adminOpenApi } from './admin/openapi';
 import { adminStatus } from './admin/status';
 import { webhook as larkWebhook } from './channel/webhook';
 import { consoleApp } from './console/routes';
@@ -35,6 +37,8 @@ export function createApp() {
   app.route('/lark/events', larkWebhook);
   app.route('/v1', reactionApi);
   app.route('/admin/status', adminStatus);
+  app.route('/admin/effects/dead-letters', deadLettersAdmin);
+  app.route('/admin/openapi.json', adminOpenApi);
   app.route('/admin/lark/installations', larkInstallations);
   app.route('/admin/typing-reactions', typingAdmin);
   app.route('/admin/retention', retentionAdmin);

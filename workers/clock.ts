@@ -1,6 +1,6 @@
 /**
  * Application time. Deadlines that decide data live in SQL (`app_now()`, see
- * migrations/0001); this clock is for budgets and timers inside one process, and tests
+ * migrations/0001_baseline_clock.sql); this clock is for budgets and timers inside one process, and tests
  * replace it instead of sleeping.
  */
 export interface Clock {

@@ -10,6 +10,12 @@ export const ERROR_STATUS = {
   csrf_invalid: 403,
   /** A console action was posted without its confirmation. */
   confirmation_required: 400,
+  /** A bulk range whose `from` is after its `to` (workers/effects/dead-letters-bulk.ts). */
+  range_invalid: 400,
+  /** A page cursor that is not the `next` of a previous page of the same range. */
+  cursor_invalid: 400,
+  /** A bulk action whose range is not the closed one a preview returned. */
+  preview_required: 400,
   not_found: 404,
   method_not_allowed: 405,
   conflict: 409,
@@ -39,6 +45,16 @@ export const ERROR_STATUS = {
   typing_row_active: 409,
   typing_row_cleaned: 409,
   typing_no_credentials: 409,
+  /** A re-run of a turn that did not fail (delivered, anchor gone) (workers/channel/rerun.ts). */
+  turn_not_failed: 409,
+  /** The failed turn was re-run already: one re-run per failed turn. */
+  turn_already_rerun: 409,
+  /** A turn of the chat is running, or a re-run of it is waiting to start. */
+  turn_running: 409,
+  /** The installation is paused: resume it first (workers/channel/pause.ts). */
+  installation_paused: 409,
+  /** The failed turn's recorded inputs are gone (retention): nothing to re-run. */
+  turn_inputs_gone: 409,
   internal_error: 500,
   bad_environment: 500,
   service_unavailable: 503,

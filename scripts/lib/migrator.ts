@@ -21,6 +21,15 @@ import pg from 'pg';
  *   migration linter's per-file exemptions (scripts/lint-migrations.ts) are comments added to
  *   files production has already applied, and change nothing that runs. A file without such
  *   lines has the checksum it always had.
+ * - SQL functions have a repeatable home: `<dir>/functions/*.sql`, one file per function family,
+ *   each nothing but `create or replace` of functions (and their comments). After the versioned
+ *   files, each function file whose checksum differs from the one recorded in
+ *   `schema_functions` is applied in one transaction with its new record, so a function has one
+ *   readable definition instead of a copy per change. Rules (docs/operations.md "Migrations"):
+ *   a versioned file never calls a repeatable function (on a fresh database they do not exist
+ *   yet when it runs); a signature change is a new function name (the previous release keeps
+ *   calling the old one until the release after); removing a file drops nothing (a versioned
+ *   `drop function` does, one release later).
  */
 export const MIGRATION_LOCK_KEY = 727_001;
 export const NO_TX = /^--\s*migrate:no-transaction/;
@@ -64,6 +73,35 @@ export async function readMigrations(dir: string): Promise<MigrationFile[]> {
   }
   const versions = new Set(files.map((f) => f.version));
   if (versions.size !== files.length) throw new Error('two migration files share a version number');
+  return files;
+}
+
+/** The repeatable function files of a migrations directory (none when it has no `functions/`). */
+export function functionsDir(dir: string): string {
+  return join(dir, 'functions');
+}
+
+export interface FunctionFile {
+  name: string;
+  sql: string;
+  checksum: string;
+}
+
+export async function readFunctionFiles(dir: string): Promise<FunctionFile[]> {
+  let names: string[];
+  try {
+    names = (await readdir(functionsDir(dir))).filter((n) => /^[\w-]+\.sql$/.test(n)).sort();
+  } catch (err) {
+    // A migrations directory without functions/ (older histories the upgrade tests rebuild).
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  const files: FunctionFile[] = [];
+  for (const name of names) {
+    const sql = await readFile(join(functionsDir(dir), name), 'utf8');
+    if (NO_TX.test(sql)) throw new Error(`functions/${name}: a function file always runs in one transaction`);
+    files.push({ name, sql, checksum: migrationChecksum(sql) });
+  }
   return files;
 }
 
@@ -157,6 +195,58 @@ async function applyFile(client: pg.Client, file: MigrationFile, log: (l: string
   await client.query(record, args);
 }
 
+/** Applies each function file whose text changed since it was recorded, in one transaction each. */
+async function applyFunctionFiles(
+  client: pg.Client,
+  dir: string,
+  log: (l: string) => void,
+): Promise<string[]> {
+  await client.query(`create table if not exists schema_functions (
+    name text primary key, checksum text not null, applied_at timestamptz not null default now())`);
+  const { rows } = await client.query<{ name: string; checksum: string }>(
+    'select name, checksum from schema_functions',
+  );
+  const recorded = new Map(rows.map((r) => [r.name, r.checksum]));
+  const applied: string[] = [];
+  for (const file of await readFunctionFiles(dir)) {
+    if (recorded.get(file.name) === file.checksum) continue;
+    log(`applying functions/${file.name}`);
+    await client.query('begin');
+    try {
+      await client.query(file.sql);
+      await client.query(
+        `insert into schema_functions (name, checksum) values ($1, $2)
+         on conflict (name) do update set checksum = excluded.checksum, applied_at = now()`,
+        [file.name, file.checksum],
+      );
+      await client.query('commit');
+    } catch (err) {
+      await client.query('rollback');
+      throw err;
+    }
+    applied.push(`functions/${file.name}`);
+  }
+  return applied;
+}
+
+/**
+ * A database that recorded a migration this directory no longer has was migrated by another
+ * history: before the baseline of the first release (issue 32 item 4, scripts/migration-baseline.json,
+ * which squashed 0001–0201), or from another branch. Applying the files over it would mix two
+ * schemas, so it is refused, naming what to do.
+ */
+function refuseForeignHistory(recorded: { version: number; name: string }[], files: MigrationFile[]) {
+  const names = new Set(files.map((f) => f.name));
+  const foreign = recorded.filter((r) => !names.has(r.name)).map((r) => r.name);
+  if (foreign.length === 0) return;
+  throw new Error(
+    `this database recorded migrations that migrations/ does not have (${foreign.slice(0, 3).join(', ')}` +
+      `${foreign.length > 3 ? `, and ${foreign.length - 3} more` : ''}): it was migrated before the ` +
+      `migration baseline or by another branch. Recreate it (npm run dev's: delete .local/pg) ` +
+      `rather than migrating it (docs/operations.md "Migrations")`,
+  );
+}
+
 /**
  * Polls pg_try_advisory_lock instead of waiting in pg_advisory_lock: a session blocked in
  * that call keeps a transaction open, and the runner holding the lock would then wait for it
@@ -190,7 +280,9 @@ export async function migrate(databaseUrl: string, opts: MigrateOptions): Promis
       'select version, name, checksum from schema_migrations order by version',
     );
     const done = new Map(rows.map((r) => [r.version, r]));
-    for (const file of await readMigrations(opts.dir)) {
+    const files = await readMigrations(opts.dir);
+    refuseForeignHistory(rows, files);
+    for (const file of files) {
       const prior = done.get(file.version);
       if (prior) {
         if (prior.checksum !== file.checksum) {
@@ -204,6 +296,7 @@ export async function migrate(databaseUrl: string, opts: MigrateOptions): Promis
       await applyFile(client, file, log);
       applied.push(file.name);
     }
+    applied.push(...(await applyFunctionFiles(client, opts.dir, log)));
     return applied;
   } finally {
     await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]).catch(() => undefined);

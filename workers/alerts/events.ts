@@ -71,6 +71,7 @@ export const ALERTS: Readonly<Record<string, AlertRule>> = {
   db_connection_lost: { level: 'warn', key: [] },
   lark_after_answer_failed: { level: 'error', key: [] },
   channel_wake_failed: { level: 'warn', key: [] },
+  dead_letters_wake_failed: { level: 'warn', key: [] },
 };
 
 /** One alert-class log line, as the Tail Worker read it from a producer's trace. */

@@ -68,12 +68,13 @@ const DECIDE = `${SETTINGS_ROW.sql}, decision as (
  * commits or none of it does, before the answer, so register-before-Add holds: the Add is
  * sent only for a row this committed statement inserted.
  *
- * Why a CTE chain and not a plpgsql function: both are one round trip (measured with the
- * bench's counting bridge: 8 before → 2 per event, the other being the installation load),
- * but the CTE needs no migration, so each table's SQL still changes with the TypeScript
- * that owns it, and it is planned like any other statement (no plan cache surprises in a
- * function). It costs one statement per event; the transaction's `begin`/`commit` (2 trips)
- * and the five separate statements are gone.
+ * Why a CTE chain and not a plpgsql function: the project's rule is one statement when one
+ * snapshot suffices, a function when reads must follow locks (the ticket contract,
+ * migrations/functions/reaction_tickets.sql, re-reads time and admission after each lock it
+ * waits for). Here every decision is made in the statement's one snapshot (the unique indexes
+ * and `on conflict` arbitrate the races), so it stays a statement: its SQL changes with the
+ * TypeScript that owns each table, and it is one round trip either way (the bench's counting
+ * bridge: 8 before → 2 per event, the other being the installation load).
  */
 const ACCEPT = `
 with receipt as (

@@ -13,6 +13,7 @@ import {
   type ReplyArgs,
   type ReplyResult,
   type RunningTurn,
+  type TurnInput,
 } from './types';
 import {
   markTurnInputsTasked,
@@ -72,6 +73,12 @@ function emitReply(ctx: Ctx, s: ConversationState, t: Omit<RunningTurn, 'current
   });
 }
 
+/** The failed turn a new turn re-runs, when it covers a re-run's inputs (rerun.ts). */
+function rerunOf(inputs: TurnInput[]): number | null {
+  const of = inputs.flatMap((i) => (typeof i.rerunOf === 'number' ? [i.rerunOf] : []));
+  return of.length > 0 ? Math.max(...of) : null;
+}
+
 /** Flush: the pending inputs (up to MAX_TURN_INPUTS) become one turn with one reply. */
 function startTurn(s: ConversationState, ctx: Ctx, settings: ConversationSettings): ConversationState {
   const inputs = s.pending.slice(0, MAX_TURN_INPUTS);
@@ -104,6 +111,7 @@ function startTurn(s: ConversationState, ctx: Ctx, settings: ConversationSetting
       anchorMessageId: turn.anchorMessageId,
       deliveryKey: turn.deliveryKey,
       effectId: current.effectId,
+      rerunOf: rerunOf(inputs),
     });
     // Same fenced commit: the turn's inputs now have a task, so the ledger's two-minute
     // taskless expiry leaves their badges alone until this turn's terminal settlement.
@@ -196,8 +204,10 @@ function settle(
 }
 
 function onInput(s: ConversationState, msg: InputMessage, ctx: Ctx, settings: ConversationSettings) {
-  const known =
-    s.pending.some((p) => p.position === msg.position) || (s.turn?.cutoffPosition ?? 0) >= msg.position;
+  // A re-run's copy of an input (rerun.ts) is behind every cutoff by design: it waits for the
+  // running turn's end like any input instead of being taken for one that turn covers.
+  const covered = msg.rerunOf === undefined && (s.turn?.cutoffPosition ?? 0) >= msg.position;
+  const known = covered || s.pending.some((p) => p.position === msg.position);
   if (known) return s;
   const { session, ...input } = msg;
   const first = s.firstPendingAtMs ?? ctx.nowMs;

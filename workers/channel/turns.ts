@@ -12,6 +12,8 @@ export interface TurnStart {
   anchorMessageId: string;
   deliveryKey: string;
   effectId: string;
+  /** The failed turn this one re-runs (rerun.ts), or null. */
+  rerunOf?: number | null;
 }
 
 /**
@@ -22,8 +24,8 @@ export async function insertTurn(tx: PoolClient, t: TurnStart): Promise<void> {
   await tx.query(
     `insert into channel_turns
        (session_id, turn_no, context_revision, first_position, cutoff_position, input_count,
-        anchor_message_id, delivery_key, effect_id)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+        anchor_message_id, delivery_key, effect_id, rerun_of)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
     [
       t.sessionId,
       t.turnNo,
@@ -34,6 +36,7 @@ export async function insertTurn(tx: PoolClient, t: TurnStart): Promise<void> {
       t.anchorMessageId,
       t.deliveryKey,
       t.effectId,
+      t.rerunOf ?? null,
     ],
   );
 }

@@ -21,6 +21,11 @@ export interface InputMessage {
   senderOpenId: string | null;
   text: string;
   createdAtMs: number | null;
+  /**
+   * Only on a re-run's copy of an input (key `in:rerun:<turn>:<position>`, rerun.ts): the
+   * failed turn it re-runs. A release that predates re-runs reads the message as an input.
+   */
+  rerunOf?: number;
 }
 
 export interface SessionInfo {

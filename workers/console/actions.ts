@@ -1,9 +1,12 @@
 import type { Context } from 'hono';
 import { z } from 'zod';
+import { bulkAudit, bulkDeadLetters, MessageId, oneDeadLetter } from '../admin/dead-letters';
+import { pauseInstallation, resumeInstallation } from '../channel/pause';
+import { rerunTurn, TURN_ID } from '../channel/rerun';
 import type { AppEnv } from '../context';
-import { actorHostStub } from '../effects/actor-host-stub';
-import { discardDeadMessage, requeueDeadMessage } from '../effects/dead-letters';
+import { BulkInput } from '../effects/dead-letters-bulk';
 import { AppError } from '../errors';
+import { RESUME_WAKE_LIMIT, wakeSessions } from '../installations/routes';
 import {
   CHANGEABLE_SETTING_NAMES,
   type SettingName,
@@ -14,11 +17,11 @@ import {
 import { INSTALLATION_ID } from '../installations/store';
 import { constantTimeEqual } from '../lib/constant-time';
 import { validInput } from '../lib/json-body';
-import { log } from '../log';
 import { retentionOwner } from '../retention/owner';
 import { typingMaintenance } from '../typing-ledger/maintenance';
 import { REFUSED, RowId, removeManually } from '../typing-ledger/manual-removal';
-import type { Session } from './session';
+import { csrfToken, type Session } from './session';
+import { bulkPreviewView, bulkResultView } from './views';
 
 type Form = Record<string, string | File>;
 export interface ActionResult {
@@ -26,19 +29,40 @@ export interface ActionResult {
   outcome: string;
   /** The panel to return to. */
   panel: string;
+  /** A page to show instead of returning to the panel (a preview, or a page with a next one). */
+  view?: unknown;
 }
 type Action = (c: Context<AppEnv>, s: Session, form: Form) => Promise<ActionResult>;
 
-const MessageId = z.string().regex(/^\d{1,18}$/, 'a mailbox message id');
 const InstallationId = z.string().regex(INSTALLATION_ID, 'an installation id');
 const Setting = z.enum(CHANGEABLE_SETTING_NAMES as [SettingName, ...SettingName[]]);
+const TurnId = z.string().trim().regex(TURN_ID, "a turn's reply uuid");
+const Backlog = z.enum(['answer', 'drop']);
 const Generation = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 
-/** Wakes the instance's host after a requeue; polling delivers anyway, so a failure is only logged. */
-async function wake(c: Context<AppEnv>, instanceId: string): Promise<void> {
-  await actorHostStub(c.env, instanceId)
-    .wake(instanceId)
-    .catch((err: unknown) => log.warn('console_wake_failed', { instanceId, error: err }));
+/** A bulk form's fields (the admin routes' body, as text); the rest of the form is ignored. */
+function bulkFields(form: Form) {
+  const text = (k: string) =>
+    typeof form[k] === 'string' && form[k] !== '' ? (form[k] as string) : undefined;
+  return validInput(BulkInput, {
+    installation: text('installation') ?? '',
+    from: text('from'),
+    to: text('to'),
+    cursor: text('cursor'),
+    limit: text('limit'),
+  });
+}
+
+/** A page of a bulk requeue or discard: the admin route's function, then its result and the next page's form. */
+function bulkAction(action: 'requeue' | 'discard'): Action {
+  return async (c, s, form) => {
+    const r = await bulkDeadLetters(c, action, bulkFields(form));
+    return {
+      ...bulkAudit(r),
+      panel: 'effects',
+      view: bulkResultView(r, await csrfToken(c.var.config, s)),
+    };
+  };
 }
 
 /**
@@ -94,12 +118,10 @@ export const ACTIONS: Record<string, Action> = {
     }
     return { target: rowId, outcome: `${r.outcome} (Lark code ${r.code}, via ${r.via})`, panel: 'typing' };
   },
+  // The admin routes' function (POST /admin/effects/dead-letters/:id/requeue and /discard).
   'dead-requeue': async (c, _s, form) => {
-    const id = validInput(MessageId, form.message);
-    const instanceId = await requeueDeadMessage(c.var.db(), id);
-    if (!instanceId) throw new AppError('not_found', 'No such dead-lettered message');
-    await wake(c, instanceId);
-    return { target: `mailbox:${id}`, outcome: 'requeued', panel: 'effects' };
+    const r = await oneDeadLetter(c, 'requeue', validInput(MessageId, form.message));
+    return { target: `mailbox:${r.id}`, outcome: r.outcome, panel: 'effects' };
   },
   // The admin route's change (PATCH /admin/lark/installations/:id/settings), one setting a form.
   'settings-update': async (c, s, form) => {
@@ -116,17 +138,64 @@ export const ACTIONS: Record<string, Action> = {
       panel: 'lark',
     };
   },
+  // The admin routes' functions (POST /admin/lark/installations/:id/turns/:turnId/rerun,
+  // /:id/pause, /:id/resume): the same locks, the same refusals, the same wake-ups.
+  'turn-rerun': async (c, _s, form) => {
+    const id = validInput(InstallationId, form.installation);
+    const turnId = validInput(TurnId, form.turn);
+    const r = await rerunTurn(c.var.db(), id, turnId);
+    if (!r) throw new AppError('not_found', 'No such turn');
+    wakeSessions(c, [r.sessionId]);
+    return {
+      target: `turn:${turnId}`,
+      outcome: `re-run of turn ${r.turnNo} (${r.inputs} inputs)`,
+      panel: 'lark',
+    };
+  },
+  'installation-pause': async (c, s, form) => {
+    const id = validInput(InstallationId, form.installation);
+    const update = await pauseInstallation(c.var.db(), id, s.operator);
+    if (!update) throw new AppError('not_found', 'No such installation');
+    const ch = update.changed[0];
+    return { target: id, outcome: ch ? `${ch.from} -> ${ch.to}` : 'unchanged: on', panel: 'lark' };
+  },
+  'installation-resume': async (c, s, form) => {
+    const id = validInput(InstallationId, form.installation);
+    const backlog = validInput(Backlog, form.backlog);
+    const resumed = await resumeInstallation(c.var.db(), id, s.operator, backlog);
+    if (!resumed) throw new AppError('not_found', 'No such installation');
+    wakeSessions(c, resumed.conversations.slice(0, RESUME_WAKE_LIMIT));
+    const ch = resumed.update.changed[0];
+    const n = resumed.conversations.length;
+    return {
+      target: id,
+      outcome: `${ch ? `${ch.from} -> ${ch.to}` : 'unchanged: off'} (backlog: ${backlog}, ${n} conversations)`,
+      panel: 'lark',
+    };
+  },
+  // Bulk dead letters (POST /admin/effects/dead-letters/*, the same function): the preview
+  // shows the count and the first page, with the requeue and discard forms bound to its range.
+  'dead-bulk-preview': async (c, s, form) => {
+    const p = await bulkDeadLetters(c, 'preview', bulkFields(form));
+    return {
+      target: `${p.installation}:${p.from}..${p.to}`,
+      outcome: `preview: ${p.count}${p.countCapped ? '+' : ''} dead-lettered`,
+      panel: 'effects',
+      view: bulkPreviewView(p, await csrfToken(c.var.config, s)),
+    };
+  },
+  'dead-bulk-requeue': bulkAction('requeue'),
+  'dead-bulk-discard': bulkAction('discard'),
   'dead-discard': async (c, _s, form) => {
-    const id = validInput(MessageId, form.message);
-    if (!(await discardDeadMessage(c.var.db(), id)))
-      throw new AppError('not_found', 'No such dead-lettered message');
-    return { target: `mailbox:${id}`, outcome: 'discarded', panel: 'effects' };
+    const r = await oneDeadLetter(c, 'discard', validInput(MessageId, form.message));
+    return { target: `mailbox:${r.id}`, outcome: r.outcome, panel: 'effects' };
   },
 };
 
 /** What an audit row names as the target before the action ran (for refused actions). */
 export function formTarget(form: Form): string | null {
   for (const [key, prefix] of [
+    ['turn', 'turn:'],
     ['row', ''],
     ['message', 'mailbox:'],
     ['installation', ''],

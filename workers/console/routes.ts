@@ -131,6 +131,7 @@ export const consoleApp = new Hono<AppEnv>()
     try {
       const r = await action(c, s, fields);
       await recordAction(c.var.db(), { ...entry, target: r.target, outcome: r.outcome });
+      if (r.view !== undefined) return render(c, 200, r.view);
       return c.redirect(`/console#panel-${r.panel}`, 303);
     } catch (err) {
       const code = err instanceof AppError ? err.code : 'internal_error';

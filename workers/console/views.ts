@@ -1,4 +1,5 @@
 import { html } from 'hono/html';
+import type { BulkPreview, BulkResult } from '../effects/dead-letters-bulk';
 import { CHANGEABLE_SETTING_NAMES, SETTING_NAMES } from '../installations/settings';
 import { bars } from './charts';
 import type { ConsoleData } from './data';
@@ -130,7 +131,55 @@ function effectsPanel(d: ConsoleData, csrf: string) {
         <td>${actionForm(csrf, 'dead-requeue', 'Requeue', { message: String(m.id) })}${actionForm(csrf, 'dead-discard', 'Discard', { message: String(m.id) })}</td></tr>`,
       )}</table>`
     }
+    ${bulkForm(csrf)}
   </section>`;
+}
+
+/** The form that previews dead letters in bulk (by installation and the time they died). */
+function bulkForm(csrf: string) {
+  return html`<h3>Dead letters in bulk</h3>
+    <p class="muted">By installation and the time the message died (ISO 8601, e.g. 2026-12-02T14:00:00Z; empty: from the start, up to now). The preview counts and changes nothing.</p>
+    ${actionForm(
+      csrf,
+      'dead-bulk-preview',
+      'Preview',
+      {},
+      html`<input name="installation" required maxlength="60" size="18" placeholder="li_…">
+      <input name="from" maxlength="40" size="22" placeholder="from (dead at)">
+      <input name="to" maxlength="40" size="22" placeholder="to (dead at)">`,
+    )}`;
+}
+
+const bulkRange = (r: { installation: string; from: string; to: string }) =>
+  html`installation <b>${r.installation}</b>, dead from <b>${r.from}</b> to <b>${r.to}</b>`;
+
+/** The forms that act on one page of a previewed range (its cursor), each confirmed. */
+function bulkPageForms(csrf: string, r: { installation: string; from: string; to: string }, cursor: string) {
+  const fields = { installation: r.installation, from: r.from, to: r.to, cursor };
+  return html`${actionForm(csrf, 'dead-bulk-requeue', 'Requeue this page', fields)}
+    ${actionForm(csrf, 'dead-bulk-discard', 'Discard this page', fields)}`;
+}
+
+/** A bulk preview: the count and the first page, then the confirmed actions on that page. */
+export function bulkPreviewView(p: BulkPreview, csrf: string) {
+  return html`<main><section class="panel" id="panel-bulk"><h2>Dead letters in bulk: preview</h2>
+    <p>${bulkRange(p)}: <b data-testid="bulk-count">${p.count}${p.countCapped ? '+' : ''}</b> dead-lettered message(s); nothing was changed.</p>
+    ${
+      p.cursor
+        ? html`<p>First page: ${p.ids.length} message(s) (${p.ids.slice(0, 20).join(', ')}${p.ids.length > 20 ? ', …' : ''}).</p>
+      ${bulkPageForms(csrf, p, p.cursor)}`
+        : html`<p class="muted">nothing to act on</p>`
+    }
+    <p><a href="/console#panel-effects">Back to the console</a></p></section></main>`;
+}
+
+/** A page done: what it changed, and the next page's forms while there is one. */
+export function bulkResultView(r: BulkResult, csrf: string) {
+  const verb = r.action === 'requeue' ? 'requeued' : 'discarded';
+  return html`<main><section class="panel" id="panel-bulk"><h2>Dead letters in bulk: ${verb}</h2>
+    <p>${bulkRange(r)}: <b data-testid="bulk-changed">${r.changed}</b> message(s) ${verb} on this page.</p>
+    ${r.next ? html`<p>Next page:</p>${bulkPageForms(csrf, r, r.next)}` : html`<p class="muted">no page follows</p>`}
+    <p><a href="/console#panel-effects">Back to the console</a></p></section></main>`;
 }
 
 /** Routes held by a recorded 429 reset: nothing is sent on them before `until`. */
@@ -148,7 +197,26 @@ function settingsCell(csrf: string, i: Row) {
   );
   const select = html`<select name="setting" required>${CHANGEABLE_SETTING_NAMES.map((n) => html`<option value="${n}">${n}</option>`)}</select>
     <input name="value" required maxlength="20" size="8" placeholder="value">`;
-  return html`${list}${actionForm(csrf, 'settings-update', 'Change', { installation: String(i.id) }, select)}`;
+  const installation = { installation: String(i.id) };
+  // Pause and resume (docs/operations.md "Pause and resume"): the one the state allows.
+  const hold =
+    settings.paused === 'on'
+      ? actionForm(
+          csrf,
+          'installation-resume',
+          'Resume',
+          installation,
+          html`<select name="backlog" required><option value="answer">answer backlog</option><option value="drop">drop backlog</option></select>`,
+        )
+      : actionForm(csrf, 'installation-pause', 'Pause', installation);
+  const rerun = actionForm(
+    csrf,
+    'turn-rerun',
+    'Re-run turn',
+    installation,
+    html`<input name="turn" required maxlength="36" size="36" placeholder="failed turn's reply uuid">`,
+  );
+  return html`${list}${actionForm(csrf, 'settings-update', 'Change', installation, select)}${hold}${rerun}`;
 }
 
 function larkPanel(d: ConsoleData, csrf: string) {

@@ -103,6 +103,8 @@ export interface ChannelTurns {
   outcome: string | null;
   reply_message_id: string | null;
   reply_mode: string | null;
+  rerun_of: number | null;
+  rerun_requested_at: Timestamp | null;
   session_id: string;
   settled_at: Timestamp | null;
   started_at: Generated<Timestamp>;

@@ -363,7 +363,7 @@ export async function pruneRecoveryChecks(
 /**
  * Bindings past their lifetime, one bounded batch; returns how many. A binding lives while its
  * effect is pending or processing, and one lifetime past the later of emit and the effect's
- * end (`effect_binding_live`, migrations/0013); the expiry index narrows the candidates.
+ * end (`effect_binding_live`, migrations/0010_baseline_effects.sql); the expiry index narrows the candidates.
  * `locked` takes the picked bindings in effect-ID order, the order a check batch locks them
  * in (effect-recovery.md), and re-reads liveness on the row version it locked.
  */

@@ -63,7 +63,7 @@ interface WriteBackRow {
 }
 
 /**
- * Write-backs are one statement each, effects_complete / effects_fail (migrations/0111): the
+ * Write-backs are one statement each, effects_complete / effects_fail (migrations/functions/effects_write_back.sql): the
  * instance locks (`for share`, ordered by id) in their own statement first, so every instance
  * lock is held before the first effect lock (spec: completion/failure lock the instance before
  * the effect); then the effects `for update` in id order, `live` evaluated on the row version

@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
 import { pauseInstallation, resumeInstallation } from '../channel/pause';
+import { rerunTurn, TURN_ID } from '../channel/rerun';
 import { Operator, recordAction } from '../console/audit';
 import type { AppEnv } from '../context';
 import { actorHostStub } from '../effects/actor-host-stub';
@@ -30,7 +31,7 @@ const ApiBase = z
   .transform((v) => v.replace(/\/+$/, ''));
 const Secret = pgText().min(1).max(512);
 
-const Register = z.strictObject({
+export const Register = z.strictObject({
   workspace_id: InstallationWorkspaceId,
   app_id: z.string().regex(/^cli_[A-Za-z0-9]+$/, 'a Lark App ID (cli_…)'),
   app_secret: Secret,
@@ -39,15 +40,16 @@ const Register = z.strictObject({
   api_base: ApiBase.optional(),
 });
 
-const ChangeSettings = z.strictObject({ operator: Operator, settings: SettingsChange });
-const Pause = z.strictObject({ operator: Operator });
-const Resume = z.strictObject({ operator: Operator, backlog: z.enum(['answer', 'drop']) });
+export const ChangeSettings = z.strictObject({ operator: Operator, settings: SettingsChange });
+export const Pause = z.strictObject({ operator: Operator });
+export const Resume = z.strictObject({ operator: Operator, backlog: z.enum(['answer', 'drop']) });
+export const Rerun = z.strictObject({ operator: Operator });
 
 /**
  * Resumed conversations whose hosts the route wakes itself (after the answer); the rest are
  * found by the minute cron's mailbox poll.
  */
-const RESUME_WAKE_LIMIT = 100;
+export const RESUME_WAKE_LIMIT = 100;
 
 /** Each changed setting in console_audit with its operator, as console actions are. */
 async function audit(
@@ -68,7 +70,7 @@ async function audit(
     });
 }
 
-const Rotate = z
+export const Rotate = z
   .strictObject({
     app_secret: Secret.optional(),
     verification_token: Secret.optional(),
@@ -157,13 +159,36 @@ export const installations = new Hono<AppEnv>()
     const resumed = await resumeInstallation(c.var.db(), id, input.operator, input.backlog);
     if (!resumed) throw new AppError('not_found', 'No such installation');
     await audit(c, id, input.operator, 'installation.resume', resumed.update, ` (backlog: ${input.backlog})`);
-    wakeResumed(c, resumed.conversations.slice(0, RESUME_WAKE_LIMIT));
+    wakeSessions(c, resumed.conversations.slice(0, RESUME_WAKE_LIMIT));
     return c.json({
       settings: resumed.update.settings,
       changed: resumed.update.changed,
       backlog: input.backlog,
       conversations: resumed.conversations.length,
     });
+  })
+  // Under the installation because a turn belongs to one (the route checks it does); the turn
+  // is named by its reply uuid, the one id of a turn that logs, the console and Lark share.
+  // 202: the new turn starts in the conversation actor, after its debounce (channel/rerun.ts).
+  .post('/:id/turns/:turnId/rerun', async (c) => {
+    const id = idParam(c);
+    const turnId = c.req.param('turnId');
+    if (!TURN_ID.test(turnId)) throw new AppError('not_found', 'No such turn');
+    const input = await readJsonBody(c, Rerun);
+    const rerun = await rerunTurn(c.var.db(), id, turnId);
+    if (!rerun) throw new AppError('not_found', 'No such turn');
+    await recordAction(c.var.db(), {
+      operator: input.operator,
+      action: 'turn.rerun',
+      target: `turn:${turnId}`,
+      outcome: `re-run of turn ${rerun.turnNo} (${rerun.inputs} inputs)`,
+      requestId: c.var.requestId,
+    });
+    wakeSessions(c, [rerun.sessionId]);
+    return c.json(
+      { rerun: { session_id: rerun.sessionId, turn_no: rerun.turnNo, inputs: rerun.inputs } },
+      202,
+    );
   })
   .delete('/:id', async (c) => {
     const id = idParam(c);
@@ -173,8 +198,11 @@ export const installations = new Hono<AppEnv>()
     return c.json({ deleted: true });
   });
 
-/** Wakes resumed conversations after the answer; a lost wake-up is the minute poll's to recover. */
-function wakeResumed(
+/**
+ * Wakes conversations after the answer (resumed ones, a re-run's); a lost wake-up is the
+ * minute poll's to recover. Also the console's (its actions call the same functions).
+ */
+export function wakeSessions(
   c: { env: AppEnv['Bindings']; executionCtx: Pick<ExecutionContext, 'waitUntil'> },
   sessionIds: string[],
 ) {

@@ -26,6 +26,18 @@ import {
 const Id = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
 const Ids = z.array(Id).max(500);
 
+/** The directory routes' bodies (also in the admin API's OpenAPI document, workers/admin/openapi.ts). */
+export const DirectoryBodies = {
+  workspace: z.object({ name: pgText().max(200).optional() }).strict(),
+  actor: z.object({ workspaceId: Id, displayName: pgText().max(200).optional() }).strict(),
+  conversation: z.object({ workspaceId: Id, title: pgText().max(500).optional() }).strict(),
+  members: z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict(),
+  message: z
+    .object({ conversationId: Id, authorActorId: Id.optional(), body: pgText().max(20_000).optional() })
+    .strict(),
+};
+const B = DirectoryBodies;
+
 function id(raw: string): string {
   const parsed = Id.safeParse(raw);
   if (!parsed.success) throw new AppError('validation_failed', 'Malformed ID');
@@ -39,7 +51,7 @@ export const directoryAdmin = new Hono<AppEnv>()
   .route(
     '/workspaces',
     guarded().put('/:id', async (c) => {
-      const b = await readJsonBody(c, z.object({ name: pgText().max(200).optional() }).strict());
+      const b = await readJsonBody(c, B.workspace);
       await upsertWorkspace(c.var.db(), { id: id(c.req.param('id')), name: b.name });
       return c.json({ ok: true });
     }),
@@ -48,10 +60,7 @@ export const directoryAdmin = new Hono<AppEnv>()
     '/actors',
     guarded()
       .put('/:id', async (c) => {
-        const b = await readJsonBody(
-          c,
-          z.object({ workspaceId: Id, displayName: pgText().max(200).optional() }).strict(),
-        );
+        const b = await readJsonBody(c, B.actor);
         await upsertActor(c.var.db(), { id: id(c.req.param('id')), ...b });
         return c.json({ ok: true });
       })
@@ -65,27 +74,19 @@ export const directoryAdmin = new Hono<AppEnv>()
     '/conversations',
     guarded()
       .put('/:id', async (c) => {
-        const b = await readJsonBody(
-          c,
-          z.object({ workspaceId: Id, title: pgText().max(500).optional() }).strict(),
-        );
+        const b = await readJsonBody(c, B.conversation);
         await upsertConversation(c.var.db(), { id: id(c.req.param('id')), ...b });
         return c.json({ ok: true });
       })
       .post('/:id/members', async (c) => {
-        const b = await readJsonBody(c, z.object({ add: Ids.default([]), remove: Ids.default([]) }).strict());
+        const b = await readJsonBody(c, B.members);
         return c.json(await setMembers(c.var.db(), id(c.req.param('id')), b.add, b.remove));
       }),
   )
   .route(
     '/messages',
     guarded().put('/:id', async (c) => {
-      const b = await readJsonBody(
-        c,
-        z
-          .object({ conversationId: Id, authorActorId: Id.optional(), body: pgText().max(20_000).optional() })
-          .strict(),
-      );
+      const b = await readJsonBody(c, B.message);
       await upsertMessage(c.var.db(), { id: id(c.req.param('id')), ...b });
       return c.json({ ok: true });
     }),

@@ -1,5 +1,6 @@
 import { sqlState } from '../db/tx';
 import { AppError } from '../errors';
+import { CONTRACT_ANSWERS } from './contract-answers';
 import type { Queryable } from './types';
 
 /**
@@ -118,53 +119,54 @@ export interface Admission {
 
 /**
  * Admission, checked on every call: the actor exists, its token was issued after its last
- * sign-out (second precision, as JWT `iat` is), and it is a member of the message's
- * conversation. Unknown actor or revoked session is 401; a missing message and a
- * non-member look the same (404), so existence never leaks.
+ * sign-out (second precision, as JWT `iat` is), and, with a message, it is a member of the
+ * message's conversation. The rule is the SQL function private.reaction_admission
+ * (migrations/functions/reaction_tickets.sql), the same one the ticketed write reads after
+ * each of its locks; its refusal keys become answers through CONTRACT_ANSWERS: unknown actor
+ * or revoked session is 401, a missing message and a non-member look the same (404), so
+ * existence never leaks.
  */
+async function admit(
+  db: Queryable,
+  actorId: string,
+  issuedAt: number | undefined,
+  messageId: string | null,
+): Promise<{ workspaceId: string | null; conversationId: string | null }> {
+  const { rows } = await db.query<{
+    refused: string | null;
+    workspace_id: string | null;
+    conversation_id: string | null;
+  }>('select refused, workspace_id, conversation_id from private.reaction_admission($1, $2, $3)', [
+    actorId,
+    issuedAt ?? null,
+    messageId,
+  ]);
+  const row = rows[0]!;
+  if (row.refused !== null) {
+    const answer = CONTRACT_ANSWERS[row.refused];
+    // A key this module does not know is a mismatch between the SQL and the code: a 500.
+    if (!answer) throw new AppError('internal_error', 'Unexpected reaction contract answer');
+    throw new AppError(answer[0], answer[1]);
+  }
+  return { workspaceId: row.workspace_id, conversationId: row.conversation_id };
+}
+
+/** Admission to a message: its workspace and conversation once admitted. */
 export async function admitToMessage(
   db: Queryable,
   actorId: string,
   issuedAt: number | undefined,
   messageId: string,
 ): Promise<Admission> {
-  const { rows } = await db.query<{
-    signed_out_s: string | null;
-    workspace_id: string | null;
-    conversation_id: string | null;
-  }>(
-    `select floor(extract(epoch from a.signed_out_at))::bigint as signed_out_s,
-            m.workspace_id, m.conversation_id
-     from private.actors a
-     left join private.messages m on m.id = $2
-       and exists (select 1 from private.conversation_members cm
-                   where cm.conversation_id = m.conversation_id and cm.actor_id = a.id)
-     where a.id = $1`,
-    [actorId, messageId],
-  );
-  const row = rows[0];
-  if (!row) throw new AppError('unauthorized', 'Unknown actor');
-  if (row.signed_out_s !== null && (issuedAt === undefined || issuedAt < Number(row.signed_out_s)))
-    throw new AppError('unauthorized', 'Session ended by sign-out');
-  if (!row.workspace_id || !row.conversation_id) throw new AppError('not_found', 'Message not found');
-  return { workspaceId: row.workspace_id, conversationId: row.conversation_id };
+  const a = await admit(db, actorId, issuedAt, messageId);
+  return { workspaceId: a.workspaceId!, conversationId: a.conversationId! };
 }
 
-/**
- * Admission without a message (retirement): the actor exists and the token was issued at or
- * after its last sign-out. Unknown actor or revoked session is 401.
- */
+/** Admission without a message (retirement): the actor exists and is not signed out since. */
 export async function admitActor(
   db: Queryable,
   actorId: string,
   issuedAt: number | undefined,
 ): Promise<void> {
-  const { rows } = await db.query<{ signed_out_s: string | null }>(
-    'select floor(extract(epoch from signed_out_at))::bigint as signed_out_s from private.actors where id = $1',
-    [actorId],
-  );
-  const actor = rows[0];
-  if (!actor) throw new AppError('unauthorized', 'Unknown actor');
-  if (actor.signed_out_s !== null && (issuedAt ?? 0) < Number(actor.signed_out_s))
-    throw new AppError('unauthorized', 'Session ended by sign-out');
+  await admit(db, actorId, issuedAt, null);
 }

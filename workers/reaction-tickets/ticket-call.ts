@@ -1,9 +1,10 @@
 import { sqlState, withStatement } from '../db/tx';
 import { AppError, type ErrorCode } from '../errors';
 import { busyError } from './budget';
+import { CONTRACT_ANSWERS, CONTRACT_ERROR } from './contract-answers';
 import { operationStampMs } from './operation-id';
 import { groupReactions } from './reactions';
-import { expiredMessage } from './tickets';
+import { expiredAnswer } from './tickets';
 import {
   type Caller,
   type Intent,
@@ -18,7 +19,7 @@ import {
 
 /**
  * One ticketed write or retirement as one statement: private.reaction_ticket_call
- * (migrations/0110_reaction_ticket_write_function.sql) runs the whole contract as its own
+ * (migrations/functions/reaction_tickets.sql) runs the whole contract as its own
  * transaction, and this module maps its answers and errors back to the API's shapes.
  *
  * Why one statement: the write is round-trip bound, and on a hot message every round trip
@@ -35,28 +36,6 @@ export interface TicketCallBudget {
 }
 
 const SQL = 'select private.reaction_ticket_call($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) as r';
-
-/** The function's error SQLSTATE: the message is a key below, the detail JSON. */
-const TICKET_ERROR = 'RLT01';
-
-/** Keys the function raises with, mapped to the answers the TS contract gave before 0110. */
-const ANSWERS: Record<string, [ErrorCode, string]> = {
-  'unauthorized/unknown_actor': ['unauthorized', 'Unknown actor'],
-  'unauthorized/signed_out': ['unauthorized', 'Session ended by sign-out'],
-  not_found: ['not_found', 'Message not found'],
-  ticket_invalid: ['ticket_invalid', 'The ticket is not valid for this actor and operation'],
-  intent_mismatch: ['intent_mismatch', 'The request does not match the intent bound to this ticket'],
-  operation_retired: ['operation_retired', 'This operation was retired and can never apply'],
-  // A ticket whose MAC verifies was issued by this server; if its row is gone, housekeeping
-  // deleted it (long after its expiry) or its message went away. Whether it applied is no
-  // longer known: a terminal answer that says so, never 403 (issue 15 item 5).
-  operation_outcome_unknown: [
-    'operation_outcome_unknown',
-    'This operation is no longer known to the server; stop replaying it. Whether it applied is ' +
-      'reflected in the current reactions. A new reaction needs a new operation ID.',
-  ],
-  operation_expired: ['operation_expired', expiredMessage],
-};
 
 /** private.reaction_state: the message's version and rows, as one JSON value. */
 interface StateJson {
@@ -80,24 +59,22 @@ interface Details {
 }
 
 function toAppError(key: string, raw: Details | null): AppError {
-  const answer = ANSWERS[key];
+  const answer = CONTRACT_ANSWERS[key];
   // A key this module does not know is a mismatch between the migration and the code: a 500.
   if (!answer) return new AppError('internal_error', 'Unexpected reaction contract answer');
   const [code, text] = answer;
   if (!raw) return new AppError(code, text);
   const operationId = raw.operationId!;
   const current = message(raw.message);
-  if (code === 'operation_expired') {
-    const stampMs = operationStampMs(operationId);
-    return new AppError(code, text, {
+  if (code === 'operation_expired')
+    return expiredAnswer({
       operationId,
-      stampedAt: stampMs === null ? null : iso(stampMs),
-      expiredAt: iso(raw.expiredAt!),
-      serverTime: iso(raw.serverTime!),
+      stampMs: operationStampMs(operationId),
+      expiredAt: raw.expiredAt!,
+      serverTime: raw.serverTime!,
       receipt: raw.receipt ? toReceipt(raw.receipt) : null,
       message: current,
     });
-  }
   return new AppError(code, text, { operationId, message: current });
 }
 
@@ -140,7 +117,7 @@ export async function ticketCall(
     );
     r = rows[0]!.r;
   } catch (err) {
-    if (sqlState(err) === TICKET_ERROR) {
+    if (sqlState(err) === CONTRACT_ERROR) {
       const e = err as { message: string; detail?: string };
       throw toAppError(e.message, JSON.parse(e.detail ?? 'null') as Details | null);
     }

@@ -1,10 +1,18 @@
 import { AppError } from '../errors';
+import { expiredMessage } from './contract-answers';
 import type { Admission } from './directory';
 import { lockIssuance, lockOperation } from './locks';
 import { operationStampMs } from './operation-id';
 import { readReactions } from './reactions';
 import { findReceipt } from './receipts';
-import { type Intent, type Queryable, type Receipt, type TicketRow, toReceipt } from './types';
+import {
+  type Intent,
+  type MessageReactions,
+  type Queryable,
+  type Receipt,
+  type TicketRow,
+  toReceipt,
+} from './types';
 
 /**
  * Ticket issuance and lookup. One ticket per (actor, operation ID); issuing again with the
@@ -172,7 +180,7 @@ export async function issueTicket(
   });
 }
 
-const iso = (ms: number) => new Date(ms).toISOString();
+const iso = (t: number | string | Date) => new Date(t).toISOString();
 
 export async function findTicketByOperation(
   client: Queryable,
@@ -228,15 +236,31 @@ async function assertUnderOutstandingBound(client: Queryable, actorId: string, m
   );
 }
 
-export const expiredMessage =
-  'This operation expired; stop replaying it. The reactions shown are the current truth; ' +
-  'whether it applied earlier is reflected there. A new reaction needs a new operation ID.';
-
 /**
- * The terminal expiry answer: 410 operation_expired with the exact current reactions. It
+ * The terminal expiry answer: 410 operation_expired with the exact current reactions, written
+ * once for the ticketed write's SQL answer (ticket-call.ts) and the checks made here. It
  * carries the receipt when one is still retained and never says the operation did not apply.
  * `serverTime` lets a client correct the clock it stamps new operations with.
  */
+export function expiredAnswer(e: {
+  operationId: string;
+  stampMs?: number | null;
+  expiredAt: number | string | Date;
+  serverTime: number | string | Date;
+  receipt: Receipt | null;
+  message: MessageReactions | null;
+}): AppError {
+  return new AppError('operation_expired', expiredMessage, {
+    operationId: e.operationId,
+    stampedAt: e.stampMs == null ? null : iso(e.stampMs),
+    expiredAt: iso(e.expiredAt),
+    serverTime: iso(e.serverTime),
+    receipt: e.receipt,
+    message: e.message,
+  });
+}
+
+/** The expiry answer after reading the current reactions (and the time, when not given). */
 export async function expiredError(
   client: Queryable,
   e: {
@@ -251,14 +275,7 @@ export async function expiredError(
   const current = await readReactions(client, e.messageId);
   const now =
     e.nowMs ?? (await client.query<{ now: Date }>('select app_now() as now')).rows[0]!.now.valueOf();
-  return new AppError('operation_expired', expiredMessage, {
-    operationId: e.operationId,
-    stampedAt: e.stampMs == null ? null : iso(e.stampMs),
-    expiredAt: new Date(e.expiredAt).toISOString(),
-    serverTime: iso(Number(now)),
-    receipt: e.receipt,
-    message: current,
-  });
+  return expiredAnswer({ ...e, serverTime: Number(now), message: current });
 }
 
 export async function throwExpired(

@@ -50,7 +50,7 @@ const Operator = z
   .max(200)
   .regex(/^[^\p{Cc}]+$/u, 'printable characters only');
 
-const EnableBody = z
+export const EnableBody = z
   .object({
     operator: Operator,
     // The stop generation the operator read (GET status: control.generation): compare-and-set.
@@ -61,7 +61,7 @@ const EnableBody = z
   })
   .strict();
 
-const StopBody = z.object({ operator: Operator }).strict();
+export const StopBody = z.object({ operator: Operator }).strict();
 
 function actor(c: Context<AppEnv>, operator: string, credential: Credential): Actor {
   return { operator, credential, requestId: c.var.requestId };

@@ -13,7 +13,7 @@ import { REFUSED, RowId, removeManually } from './manual-removal';
 import { OPERATIONAL_QUERY, type WorkspaceTypingStatus } from './operational';
 
 /** A page: `after` is the previous page's `next` (`<microseconds>.<row id>`). */
-const PageQuery = z.strictObject({
+export const PageQuery = z.strictObject({
   state: z.enum(['abandoned', 'overdue']).default('abandoned'),
   limit: z.coerce.number().int().min(1).max(100).default(50),
   after: z

@@ -51,6 +51,16 @@ export const DISPOSITION: Record<ErrorCode, Disposition> = {
   typing_row_active: 'rejected',
   typing_row_cleaned: 'rejected',
   typing_no_credentials: 'rejected',
+  // Admin-only codes (turn re-run, pause): never an answer to the mobile client's calls.
+  turn_not_failed: 'rejected',
+  turn_already_rerun: 'rejected',
+  turn_running: 'rejected',
+  installation_paused: 'rejected',
+  turn_inputs_gone: 'rejected',
+  // Admin-only codes (bulk dead letters): never an answer to the mobile client's calls.
+  range_invalid: 'rejected',
+  cursor_invalid: 'rejected',
+  preview_required: 'rejected',
   // The operator console (/console) only.
   csrf_invalid: 'rejected',
   confirmation_required: 'rejected',

@@ -1,4 +1,4 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -89,6 +89,15 @@ describe('migration runner', () => {
     await expect(migrate(url, { dir })).rejects.toThrow(/edited after it was applied/);
   });
 
+  it('refuses a database migrated by another history (before the baseline), naming what to do', async () => {
+    const url = await scratchDatabase();
+    await migrate(url, { dir: await fixture({ '0001_clock.sql': 'create table t (id int);' }) });
+    const baselined = await fixture({ '0001_baseline_clock.sql': 'create table t (id int);' });
+    await expect(migrate(url, { dir: baselined })).rejects.toThrow(
+      /recorded migrations that migrations\/ does not have \(0001_clock\.sql\).*Recreate it/,
+    );
+  });
+
   it('accepts a linter exemption added to an applied migration, and still refuses an edit of its SQL', async () => {
     // The migration linter's per-file exemptions (scripts/lint-migrations.ts) are comments
     // added to migrations that production has already applied: they change nothing that runs.
@@ -109,6 +118,61 @@ describe('migration runner', () => {
     // Only whole lines that are squawk directives: the same words inside a statement are SQL.
     await writeFile(join(dir, '0001_t.sql'), `${sql}select '-- squawk-ignore-file x';\n`);
     await expect(migrate(url, { dir })).rejects.toThrow(/edited after it was applied/);
+  });
+
+  describe('repeatable function files (<dir>/functions/*.sql)', () => {
+    const fn = (answer: number) =>
+      `create or replace function answer() returns int language sql as $$ select ${answer} $$;\n`;
+
+    async function withFunctions(functions: Record<string, string>): Promise<string> {
+      const dir = await fixture({ '0001_t.sql': 'create table t (id int);' });
+      await mkdir(join(dir, 'functions'));
+      for (const [name, sql] of Object.entries(functions)) await writeFile(join(dir, 'functions', name), sql);
+      return dir;
+    }
+
+    async function answerAndRecords(url: string) {
+      const c = await client(url);
+      try {
+        const { rows } = await c.query<{ answer: number | null; n: number }>(
+          `select (select answer()) as answer, (select count(*)::int from schema_functions) as n`,
+        );
+        return rows[0];
+      } finally {
+        await c.end();
+      }
+    }
+
+    it('applies each after the versioned files, then again only when its text changes', async () => {
+      const url = await scratchDatabase();
+      const dir = await withFunctions({ 'answer.sql': fn(1) });
+      expect(await migrate(url, { dir })).toEqual(['0001_t.sql', 'functions/answer.sql']);
+      expect(await answerAndRecords(url)).toEqual({ answer: 1, n: 1 });
+      expect(await migrate(url, { dir })).toEqual([]);
+      // An edited function file is the point: re-applied (not refused, as a versioned file is).
+      await writeFile(join(dir, 'functions', 'answer.sql'), fn(2));
+      expect(await migrate(url, { dir })).toEqual(['functions/answer.sql']);
+      expect(await answerAndRecords(url)).toEqual({ answer: 2, n: 1 });
+    });
+
+    it('rolls back a failing function file with its record: the previous definition stays', async () => {
+      const url = await scratchDatabase();
+      const dir = await withFunctions({ 'answer.sql': fn(1) });
+      await migrate(url, { dir });
+      await writeFile(join(dir, 'functions', 'answer.sql'), `${fn(3)}select no_such_function();\n`);
+      await expect(migrate(url, { dir })).rejects.toThrow(/no_such_function/);
+      expect(await answerAndRecords(url)).toEqual({ answer: 1, n: 1 });
+      // Fixed, it applies on the next run.
+      await writeFile(join(dir, 'functions', 'answer.sql'), fn(3));
+      expect(await migrate(url, { dir })).toEqual(['functions/answer.sql']);
+      expect(await answerAndRecords(url)).toEqual({ answer: 3, n: 1 });
+    });
+
+    it('refuses a function file marked no-transaction', async () => {
+      const url = await scratchDatabase();
+      const dir = await withFunctions({ 'answer.sql': `-- migrate:no-transaction\n${fn(1)}` });
+      await expect(migrate(url, { dir })).rejects.toThrow(/always runs in one transaction/);
+    });
   });
 
   it('rolls back a failed transactional file and records nothing', async () => {

@@ -1,0 +1,106 @@
+-- Repeatable (scripts/lib/migrator.ts, docs/operations.md "Migrations"): re-applied in one
+-- transaction whenever this text changes; only `create or replace`. History: migration 0111.
+set local lock_timeout = '5s';
+set local statement_timeout = '30s';
+
+-- Effect write-backs (completion and failure of a claimed batch) in one round trip (issue 18
+-- item 4). workers/effects/scheduler.ts ran each as begin, the instance locks, the effect
+-- write-back, one mailbox insert per notified instance, commit: 4+ round trips per batch of
+-- 100, and every lock taken was held across the client round trips that followed. Each is now
+-- one call, an autocommit statement, with the same steps in the same order:
+--
+-- 1. the origin instances of the batch, `for share`, ordered by id, in their own statement,
+--    so every instance lock is held before the first effect lock whatever plan the effect
+--    statement gets (spec: completion/failure lock the instance before the effect);
+-- 2. the effects, `for update` in id order; `live` is evaluated on the row version locked
+--    (read committed re-reads a row changed while it waited: a claim retired, requeued or
+--    taken over meanwhile is not live); only live rows are written;
+-- 3. in the same statement, the runtime's callback messages (`effect:<id>:completed` for
+--    live effects with notify_on_complete, `effect:<id>:failed` for the ones this failure
+--    made dead), in effect id order, which is each instance's delivery order, as before.
+--
+-- Budget: statement_timeout set inside a statement does not arm for it, so lock waits are
+-- bounded by lock_timeout = p_budget_ms (the pool's statement_timeout stays the outer
+-- ceiling). Returns the locked rows, as the TypeScript split them before.
+
+-- Step 1 of both write-backs, its own statement: the lock budget, then every origin instance
+-- of the batch `for share`, ordered by id. plpgsql: PERFORM runs the query to the end, so
+-- every origin is locked (a SQL function would stop at its first row).
+create or replace function effects_lock_origins(p_ids uuid[], p_budget_ms int) returns void
+language plpgsql as $$
+begin
+  perform set_config('lock_timeout', greatest(1, p_budget_ms)::text || 'ms', true);
+  perform 1 from actor_instances i
+    where i.id in (select e.origin_instance_id from effects e where e.id = any(p_ids))
+    order by i.id for share;
+end
+$$;
+
+create or replace function effects_complete(p_process bigint, p_ids uuid[], p_results text[], p_budget_ms int)
+returns table (id uuid, origin_instance_id text, notify_on_complete boolean, attempts int,
+               max_attempts int, live boolean)
+language plpgsql as $$
+#variable_conflict use_column
+begin
+  perform effects_lock_origins(p_ids, p_budget_ms);
+  return query
+  with locked as (
+    select e.id, e.origin_instance_id, e.notify_on_complete, e.attempts, e.max_attempts,
+           (e.status = 'processing' and e.locked_by = p_process) as live
+      from effects e
+     where e.id = any(p_ids)
+     order by e.id for update),
+  input as (select * from unnest(p_ids, p_results) as r(id, result)),
+  done as (
+    update effects e set status = 'completed', result = r.result::jsonb, locked_by = null,
+           locked_at_ms = null, finished_at_ms = (select app_now_ms())
+      from locked l, input r
+     where l.live and r.id = l.id and e.id = l.id),
+  mail as (
+    insert into actor_mailbox (instance_id, message_key, payload)
+    select l.origin_instance_id, 'effect:' || l.id || ':completed',
+           jsonb_build_object('effectId', l.id, 'result', r.result::jsonb)
+      from locked l join input r on r.id = l.id
+     where l.live and l.notify_on_complete
+     order by l.id)
+  select l.id, l.origin_instance_id, l.notify_on_complete, l.attempts, l.max_attempts, l.live
+    from locked l order by l.id;
+end
+$$;
+
+create or replace function effects_fail(p_process bigint, p_ids uuid[], p_errors text[], p_budget_ms int)
+returns table (id uuid, origin_instance_id text, notify_on_complete boolean, attempts int,
+               max_attempts int, live boolean)
+language plpgsql as $$
+#variable_conflict use_column
+begin
+  perform effects_lock_origins(p_ids, p_budget_ms);
+  return query
+  with locked as (
+    select e.id, e.origin_instance_id, e.notify_on_complete, e.attempts, e.max_attempts,
+           (e.status = 'processing' and e.locked_by = p_process) as live
+      from effects e
+     where e.id = any(p_ids)
+     order by e.id for update),
+  clock as (select app_now_ms() as ms),
+  input as (select * from unnest(p_ids, p_errors) as f(id, error)),
+  done as (
+    update effects e
+       set locked_by = null, locked_at_ms = null, last_error = f.error,
+           status = case when e.attempts >= e.max_attempts then 'dead' else 'pending' end,
+           finished_at_ms = case when e.attempts >= e.max_attempts then clock.ms end,
+           run_at_ms = case when e.attempts >= e.max_attempts then e.run_at_ms
+                            else clock.ms + least(power(2, e.attempts)::bigint * 1000, 3600000) end
+      from locked l, clock, input f
+     where l.live and f.id = l.id and e.id = l.id),
+  mail as (
+    insert into actor_mailbox (instance_id, message_key, payload)
+    select l.origin_instance_id, 'effect:' || l.id || ':failed',
+           jsonb_build_object('effectId', l.id, 'error', f.error)
+      from locked l join input f on f.id = l.id
+     where l.live and l.attempts >= l.max_attempts
+     order by l.id)
+  select l.id, l.origin_instance_id, l.notify_on_complete, l.attempts, l.max_attempts, l.live
+    from locked l order by l.id;
+end
+$$;
