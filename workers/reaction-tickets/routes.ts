@@ -1,4 +1,4 @@
-import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute, OpenAPIHono, type z } from '@hono/zod-openapi';
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
@@ -58,6 +58,29 @@ async function ticketIdOf(keys: Record<string, string>, token: string): Promise<
   const id = await verifyTicket(keys, token);
   if (!id) throw new AppError('ticket_invalid', 'The ticket is not valid for this actor and operation');
   return id;
+}
+
+/** PUT and retire: an operation ID in the path, a JSON body, the ticketed call's answers. */
+function operationRoute<
+  M extends 'put' | 'post',
+  P extends string,
+  B extends z.ZodType,
+  R extends { description: string; content: { 'application/json': { schema: z.ZodType } } },
+>(route: { method: M; path: P; summary: string; body: B; result: R }) {
+  return createRoute({
+    method: route.method,
+    path: route.path,
+    summary: route.summary,
+    security,
+    request: {
+      params: S.OperationParams,
+      body: { required: true, content: { 'application/json': { schema: route.body } } },
+    },
+    responses: {
+      200: route.result,
+      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, ...S.TICKETED_CALL_ERRORS),
+    },
+  });
 }
 
 type OperationConfig = Parameters<typeof runReactionTx>[1] & { SECRET_KEYS: Record<string, string> };
@@ -138,19 +161,12 @@ reactionApi.openapi(
 );
 
 reactionApi.openapi(
-  createRoute({
+  operationRoute({
     method: 'put',
     path: '/reaction-operations/{operationId}',
     summary: 'Apply the desired state of a ticketed operation (replays return the same receipt)',
-    security,
-    request: {
-      params: S.OperationParams,
-      body: { required: true, content: { 'application/json': { schema: S.WriteRequest } } },
-    },
-    responses: {
-      200: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
-      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, ...S.TICKETED_CALL_ERRORS),
-    },
+    body: S.WriteRequest,
+    result: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
   }),
   async (c) => {
     const { operationId } = c.req.valid('param');
@@ -170,19 +186,12 @@ reactionApi.openapi(
 );
 
 reactionApi.openapi(
-  createRoute({
+  operationRoute({
     method: 'post',
     path: '/reaction-operations/{operationId}/retire',
     summary: 'Retire an unapplied operation: a fence so a delayed write of it can never apply',
-    security,
-    request: {
-      params: S.OperationParams,
-      body: { required: true, content: { 'application/json': { schema: S.RetireRequest } } },
-    },
-    responses: {
-      200: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
-      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, ...S.TICKETED_CALL_ERRORS),
-    },
+    body: S.RetireRequest,
+    result: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
   }),
   async (c) => {
     const { operationId } = c.req.valid('param');
