@@ -18,7 +18,7 @@ import {
 } from '../workers/retention/control';
 import { limitsFrom } from '../workers/retention/eligibility';
 import { checkPrerequisites, type Prerequisites } from '../workers/retention/prerequisites';
-import { type RunOutcome, runRetention, stopFenceBudgetMs } from '../workers/retention/run';
+import { type RunOutcome, runTicketRetention, stopFenceBudgetMs } from '../workers/retention/run';
 import { CleanupStore, type RunRecord } from '../workers/retention/state';
 import type {
   EnableRequest,
@@ -117,7 +117,7 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
     const startedAt = this.clock.now();
     const pool = openPool(config, 1);
     try {
-      const report = await runRetention({
+      const report = await runTicketRetention({
         pool,
         limits: limitsFrom(config),
         cursor: store.read().cursor,

@@ -3,6 +3,7 @@ import { effectsEveryMinute } from './effects/cron';
 import type { Env } from './env';
 import { housekeepingEveryMinute } from './housekeeping/cron';
 import { log } from './log';
+import { typingMaintenance } from './typing-ledger/maintenance';
 
 type CronHandler = (env: Env, scheduledTime: number) => Promise<unknown>;
 
@@ -25,13 +26,11 @@ async function step<T>(failureEvent: string, run: () => Promise<T>): Promise<T |
  * (docs/retention-rules.md). Each step is isolated: see `step`.
  */
 async function everyMinute(env: Env): Promise<unknown> {
-  const typingMaintenance = await step('typing_maintenance_arm_failed', () =>
-    env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton')).ensureArmed(),
-  );
+  const typingArmed = await step('typing_maintenance_arm_failed', () => typingMaintenance(env).ensureArmed());
   const effects = await step('effect_minute_failed', () => effectsEveryMinute(env));
   const housekeeping = await step('housekeeping_failed', () => housekeepingEveryMinute(env));
   const cards = await step('channel_card_sweep_failed', () => sweepUnfinishedCards(env));
-  return { typingMaintenance, effects, housekeeping, cards };
+  return { typingMaintenance: typingArmed, effects, housekeeping, cards };
 }
 
 export const CRON_HANDLERS: Record<string, CronHandler> = {

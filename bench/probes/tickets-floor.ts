@@ -16,7 +16,7 @@
 // of the bench database's backends and of this Node process (client and bridge).
 import { readFile } from 'node:fs/promises';
 import type { Pool } from '@neondatabase/serverless';
-import { applyWithTicket } from '../../workers/reaction-tickets/operations';
+import { applyWithTicket } from '../../workers/reaction-tickets/ticket-call';
 import type { Queryable } from '../../workers/reaction-tickets/types';
 import { backendCpuTicks, CLK_TCK } from '../lib/backend-cpu';
 import { startBenchStack } from '../lib/stack';

@@ -9,7 +9,7 @@
 // (top-level and nested) by total execution time, with calls and WAL.
 import { readFile } from 'node:fs/promises';
 import type { Pool } from '@neondatabase/serverless';
-import { applyWithTicket } from '../../workers/reaction-tickets/operations';
+import { applyWithTicket } from '../../workers/reaction-tickets/ticket-call';
 import type { Queryable } from '../../workers/reaction-tickets/types';
 import { backendCpuTicks, CLK_TCK } from '../lib/backend-cpu';
 import { startBenchStack } from '../lib/stack';

@@ -1,5 +1,5 @@
 import type { Pool } from '@neondatabase/serverless';
-import { applyWithTicket } from '../../workers/reaction-tickets/operations';
+import { applyWithTicket } from '../../workers/reaction-tickets/ticket-call';
 import type { Queryable } from '../../workers/reaction-tickets/types';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';

@@ -3,7 +3,7 @@ import { Deadline } from '../../workers/clock';
 import { withTx } from '../../workers/db/tx';
 import { deleteBatch } from '../../workers/retention/batch';
 import type { RetentionCursor, RetentionLimits, RetentionTable } from '../../workers/retention/eligibility';
-import { MAX_BATCHES, runRetention } from '../../workers/retention/run';
+import { MAX_BATCHES, runTicketRetention } from '../../workers/retention/run';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 
@@ -104,7 +104,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   const runs: number[] = [];
   for (let i = 0; i < 3; i++) {
     const t = performance.now();
-    const report = await runRetention({
+    const report = await runTicketRetention({
       pool: neon,
       limits: LIMITS,
       cursor: null,

@@ -1,7 +1,7 @@
 import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
-import { BACKLOG_QUERY } from '../../workers/admin/status';
+import { BACKLOG_QUERY } from '../../workers/admin/backlog';
 import { enqueueMessage, ensureInstance } from '../../workers/effects/mailbox';
 import { registerProcess } from '../../workers/effects/processes';
 import { claimEffects } from '../../workers/effects/scheduler';

@@ -47,21 +47,6 @@ async function fireAll(chats: Chat[]) {
   }
 }
 
-/** Waits until a backend other than `second` is blocked by `first` or `second` (polls, no sleep of a fixed time). */
-async function blockedBehindEither(first: number, second: number, timeoutMs = 10_000) {
-  const started = Date.now();
-  for (;;) {
-    const { rows } = await pool.query(
-      `select pid from pg_stat_activity
-        where pid <> $2 and ($1 = any(pg_blocking_pids(pid)) or $2 = any(pg_blocking_pids(pid)))`,
-      [first, second],
-    );
-    if (rows.length > 0) return;
-    if (Date.now() - started > timeoutMs) throw new Error(`nothing blocked behind ${first} or ${second}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 async function ledgerRows(chat: Chat) {
   const { rows } = await pool.query<{ source_message_id: string; settle_outcome: string | null }>(
     `select source_message_id, settle_outcome from channel_typing_reaction
@@ -90,7 +75,7 @@ describe('pause and resume (issue 33 paused)', { timeout: 60_000 }, () => {
       // ... then the turn start: its handler has read "not paused", its commit waits for the row.
       const draining = drainInstance(pool, effectRegistry, chat.sessionId, effectConfig());
       // Queued behind the pause for the row's lock: blocked by the holder or by the pause.
-      await blockedBehindEither(holderPid, pausePid);
+      await blockedBehind(pool, [holderPid, pausePid]);
       await holder.query('commit');
       answered = await pausing;
       await draining;

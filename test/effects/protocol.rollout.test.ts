@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { runRetention } from '../../workers/effects/cron';
+import { pruneEffectRows } from '../../workers/effects/cron';
 import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { EFFECT_PROTOCOL_VERSION } from '../../workers/effects/types';
 import { backendPid, blockedBehind, testPool } from '../helpers/db';
@@ -46,7 +46,7 @@ describe('rollout safety of the effect protocol', () => {
       "select id from actor_mailbox where instance_id = $1 and message_key = 'old' for update",
       [inst],
     );
-    const pass = runRetention(pool, config);
+    const pass = pruneEffectRows(pool, config);
     let during: { role: string; protocol_version: number }[];
     try {
       await blockedBehind(pool, await backendPid(holder));

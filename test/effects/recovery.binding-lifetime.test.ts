@@ -1,5 +1,5 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { runRetention } from '../../workers/effects/cron';
+import { pruneEffectRows } from '../../workers/effects/cron';
 import { EffectStage, MAX_EFFECT_DELAY_MS } from '../../workers/effects/emit';
 import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { runRecoveryPass } from '../../workers/effects/recovery';
@@ -32,14 +32,14 @@ describe('spec: a binding outlives its effect ("polling revisits stopped owners 
     // Past the binding's fixed lifetime (emit + 7 days), but not past the effect's grace
     // (heartbeat + 7 days): retention must keep the binding, the pass must defer.
     await advanceDbClock(pool, 7 * DAY - HOUR + 60_000);
-    await runRetention(pool, config);
+    await pruneEffectRows(pool, config);
     expect(await bindingRow(pool, h!.effectId)).toMatchObject({ retired_at_ms: null });
     await runRecoveryPass(pool, config);
     expect(await effectRow(pool, h!.effectId)).toMatchObject({ status: 'processing', locked_by: owner });
 
     // Past the grace: retired (not requeued as an ordinary effect), exactly one message.
     await advanceDbClock(pool, HOUR);
-    await runRetention(pool, config);
+    await pruneEffectRows(pool, config);
     await runRecoveryPass(pool, config);
     expect(await effectRow(pool, h!.effectId)).toMatchObject({ status: 'completed', locked_by: null });
     expect((await bindingRow(pool, h!.effectId))?.retired_at_ms).not.toBeNull();
@@ -63,10 +63,10 @@ describe('spec: a binding outlives its effect ("polling revisits stopped owners 
     expect((await bindingRow(pool, h!.effectId))?.retired_at_ms).not.toBeNull();
     // Retired just now: a week of lifetime from here, whatever the emit time says.
     await advanceDbClock(pool, 6 * DAY);
-    await runRetention(pool, config);
+    await pruneEffectRows(pool, config);
     expect(await bindingRow(pool, h!.effectId)).toBeDefined();
     await advanceDbClock(pool, DAY + HOUR);
-    await runRetention(pool, config);
+    await pruneEffectRows(pool, config);
     expect(await bindingRow(pool, h!.effectId)).toBeUndefined();
   });
 

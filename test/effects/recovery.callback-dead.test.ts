@@ -1,5 +1,5 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { BACKLOG_QUERY, COUNT_CAP } from '../../workers/admin/status';
+import { BACKLOG_QUERY, COUNT_CAP } from '../../workers/admin/backlog';
 import { DEAD_LETTERS } from '../../workers/console/queries';
 import { requeueDeadMessage } from '../../workers/effects/dead-letters';
 import { loadInstance } from '../../workers/effects/mailbox';

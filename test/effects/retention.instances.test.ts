@@ -1,9 +1,9 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { CONVERSATION_INSTANCE_RETENTION } from '../../workers/channel/conversation';
-import '../../workers/channel/engine';
+import { registerConversationEngine } from '../../workers/channel/engine';
 import { CONVERSATION_ACTOR } from '../../workers/channel/session';
 import { withTx } from '../../workers/db/tx';
-import { runRetention } from '../../workers/effects/cron';
+import { pruneEffectRows } from '../../workers/effects/cron';
 import { type InstanceRetentionRule, pruneIdleInstances } from '../../workers/effects/instance-retention';
 import { enqueueMessage, ensureInstance, loadInstance } from '../../workers/effects/mailbox';
 import { registerProcess } from '../../workers/effects/processes';
@@ -56,7 +56,7 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
       gone.inst,
     ]);
     await advanceDbClock(pool, 9 * DAY); // past the 7-day binding lifetime and the 2 idle days
-    const report = await runRetention(pool, config, { registry });
+    const report = await pruneEffectRows(pool, config, { registry });
     expect(report).toMatchObject({ effects: 2, bindings: 1, instances: 1, failed: [] });
     expect(await instanceExists(gone.inst)).toBe(false);
     expect(await instanceExists(kept.inst)).toBe(true);
@@ -203,7 +203,7 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
     expect(await instanceExists(s.inst)).toBe(false);
   });
 
-  it("through the Worker's registry: a conversation's instance survives the minute retention while housekeeping keeps the conversation, and goes at the first retention after housekeeping deleted it", async () => {
+  it("through the registration the Worker makes: a conversation's instance survives the minute retention while housekeeping keeps the conversation, and goes at the first retention after housekeeping deleted it", async () => {
     const session = uid('session');
     await pool.query(
       `insert into channel_conversations (id, installation_id, workspace_id, app_id, chat_id, last_position, created_at, updated_at)
@@ -216,10 +216,11 @@ describe('issue 35 hole 9: idle actor instances have a retention rule', () => {
       [session, CONVERSATION_ACTOR],
     );
     await advanceDbClock(pool, 31 * DAY);
-    expect((await runRetention(pool, config)).instances).toBe(0);
+    const registry = registerConversationEngine(new EffectRegistry());
+    expect((await pruneEffectRows(pool, config, { registry })).instances).toBe(0);
     expect(await instanceExists(session)).toBe(true);
     expect(await pruneIdleConversations(pool, 30 * DAY, 1000)).toBeGreaterThanOrEqual(1);
-    expect((await runRetention(pool, config)).instances).toBe(1);
+    expect((await pruneEffectRows(pool, config, { registry })).instances).toBe(1);
     expect(await instanceExists(session)).toBe(false);
   });
 });

@@ -1,6 +1,6 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
-import { runRetention } from '../../workers/effects/cron';
+import { pruneEffectRows } from '../../workers/effects/cron';
 import { enqueueMessage } from '../../workers/effects/mailbox';
 import { registerProcess, stopProcess } from '../../workers/effects/processes';
 import { requestEffectRecovery } from '../../workers/effects/recovery';
@@ -56,7 +56,7 @@ async function seed() {
 describe('retention of the runtime tables (minute cron)', () => {
   it('prunes delivered/dead messages, terminal effects, resolved checks, expired bindings and idle processes; keeps owners and pending work', async () => {
     const s = await seed();
-    expect(await runRetention(pool, config)).toEqual({
+    expect(await pruneEffectRows(pool, config)).toEqual({
       mailbox: 0,
       effects: 0,
       checks: 0,
@@ -71,7 +71,7 @@ describe('retention of the runtime tables (minute cron)', () => {
     await setDbClockOffset(pool, 8 * DAY); // past every retention, and the bindings' lifetime
     // One pass: delivered + dead message, two terminal effects, one check, the finished effect's
     // binding (the processing one's binding outlives its effect), the idle process.
-    expect(await runRetention(pool, config)).toEqual({
+    expect(await pruneEffectRows(pool, config)).toEqual({
       mailbox: 2,
       effects: 2,
       checks: 1,
@@ -106,7 +106,7 @@ describe('retention of the runtime tables (minute cron)', () => {
     for (let i = 0; i < 3; i++) await seed();
     await setDbClockOffset(pool, 8 * DAY);
     // Three eligible rows of every kind, one batch each (the mailbox has one for delivered, one for dead).
-    expect(await runRetention(pool, config, { batch: 1 })).toEqual({
+    expect(await pruneEffectRows(pool, config, { batch: 1 })).toEqual({
       mailbox: 2,
       effects: 1,
       checks: 1,
@@ -126,7 +126,7 @@ describe('retention of the runtime tables (minute cron)', () => {
       await holder.query('lock table effect_recovery_checks in access exclusive mode');
       // The lock is held until the pass returns: the checks batch must time out (lock_timeout
       // is its budget) while every other table's batch runs in its own transaction.
-      const report = await runRetention(pool, config, { batch: 100_000, budgetMs: 1_000 });
+      const report = await pruneEffectRows(pool, config, { batch: 100_000, budgetMs: 1_000 });
       // The instance retention reads the checks table too (an instance with a check stays).
       expect(report.failed).toEqual(['checks', 'instances']);
       expect(report.bindings + report.processes).toBeGreaterThan(0); // the later tables still ran

@@ -7,7 +7,7 @@ import { pruneProcesses, registerProcess, stopProcess } from '../../workers/effe
 import {
   processRecoveryChecks,
   pruneEffects,
-  pruneRecoveryBindings,
+  pruneExpiredBindings,
   requestEffectRecovery,
   runRecoveryPass,
   staleCandidates,
@@ -193,7 +193,7 @@ describe('recovery', () => {
     const keys = (await messages(pool, inst)).map((m) => m.message_key);
     expect(keys).toContain(`effect:${retired!.effectId}:check:${r1!.requestId}`);
     await setDbClockOffset(pool, 8 * 86_400_000);
-    await pruneRecoveryBindings(pool);
+    await pruneExpiredBindings(pool);
     await expect(
       withTx(pool, { budgetMs: 5000 }, (tx) => requestEffectRecovery(tx, retired!.instanceId, retired!)),
     ).rejects.toMatchObject({

@@ -25,59 +25,78 @@ export async function backendPid(client: PoolClient): Promise<number> {
 }
 
 /**
+ * Polls `read` every 10 ms until it returns a value (not undefined); past `timeoutMs` throws
+ * `failure()`. The one poller of the lock-wait helpers below: never a sleep of a fixed time.
+ */
+async function pollUntil<T>(
+  read: () => Promise<T | undefined>,
+  timeoutMs: number,
+  failure: () => string,
+): Promise<T> {
+  const started = Date.now();
+  for (;;) {
+    const found = await read();
+    if (found !== undefined) return found;
+    if (Date.now() - started > timeoutMs) throw new Error(failure());
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/**
  * Waits until backend `pid` is blocked by a lock (pg_blocking_pids), so a race can be
- * released at exactly the point under test. Polls; never sleeps a fixed time.
+ * released at exactly the point under test.
  */
 export async function waitUntilBlocked(pool: Pool, pid: number, timeoutMs = 10_000): Promise<void> {
-  const started = Date.now();
-  for (;;) {
-    const { rows } = await pool.query<{ n: number }>('select cardinality(pg_blocking_pids($1::int)) as n', [
-      pid,
-    ]);
-    if ((rows[0]?.n ?? 0) > 0) return;
-    if (Date.now() - started > timeoutMs) throw new Error(`backend ${pid} never blocked`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  await pollUntil(
+    async () => {
+      const { rows } = await pool.query<{ n: number }>('select cardinality(pg_blocking_pids($1::int)) as n', [
+        pid,
+      ]);
+      return (rows[0]?.n ?? 0) > 0 ? true : undefined;
+    },
+    timeoutMs,
+    () => `backend ${pid} never blocked`,
+  );
 }
 
 /**
- * The backend waiting on a lock that `holderPid` holds (the other side of
- * `waitUntilBlocked`: here the blocked backend is not known in advance). Polls.
- */
-export async function blockedBehind(pool: Pool, holderPid: number, timeoutMs = 10_000): Promise<number> {
-  const started = Date.now();
-  for (;;) {
-    const { rows } = await pool.query<{ pid: number }>(
-      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid)) limit 1',
-      [holderPid],
-    );
-    if (rows[0]) return rows[0].pid;
-    if (Date.now() - started > timeoutMs) throw new Error(`nothing blocked behind ${holderPid}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-/**
- * Waits until `count` backends are waiting on locks `holderPid` holds (many racers queued
- * behind one holder); returns their pids. Polls; never sleeps a fixed time.
+ * The backends, other than the holders themselves, waiting on a lock one of `holderPids`
+ * holds, once there are at least `count` of them. Several holders: a lock queue, where the
+ * one behind the first waiter may be blocked by the holder or by that waiter.
  */
 export async function blockedBehindAll(
   pool: Pool,
-  holderPid: number,
+  holderPids: number | number[],
   count: number,
   timeoutMs = 10_000,
 ): Promise<number[]> {
-  const started = Date.now();
-  for (;;) {
-    const { rows } = await pool.query<{ pid: number }>(
-      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid))',
-      [holderPid],
-    );
-    if (rows.length >= count) return rows.map((r) => r.pid);
-    if (Date.now() - started > timeoutMs)
-      throw new Error(`${rows.length} of ${count} backends blocked behind ${holderPid}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  const holders = Array.isArray(holderPids) ? holderPids : [holderPids];
+  let seen = 0;
+  return pollUntil(
+    async () => {
+      const { rows } = await pool.query<{ pid: number }>(
+        'select pid from pg_stat_activity where pid <> all($1::int[]) and pg_blocking_pids(pid) && $1::int[]',
+        [holders],
+      );
+      seen = rows.length;
+      return rows.length >= count ? rows.map((r) => r.pid) : undefined;
+    },
+    timeoutMs,
+    () => `${seen} of ${count} backends blocked behind ${holders.join(' or ')}`,
+  );
+}
+
+/**
+ * The backend waiting on a lock `holderPids` hold (the other side of `waitUntilBlocked`: here
+ * the blocked backend is not known in advance).
+ */
+export async function blockedBehind(
+  pool: Pool,
+  holderPids: number | number[],
+  timeoutMs = 10_000,
+): Promise<number> {
+  const [pid] = await blockedBehindAll(pool, holderPids, 1, timeoutMs);
+  return pid!;
 }
 
 // The offset this file's helpers last set, so code that stamps times on the client side

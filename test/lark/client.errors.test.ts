@@ -2,7 +2,6 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Deadline } from '../../workers/clock';
 import { LarkClient } from '../../workers/lark/client';
 import { LarkApiError } from '../../workers/lark/errors';
-import { clearTokenCache } from '../../workers/lark/token-cache';
 import { emu, installApp, larkBase, larkFailure } from './helpers';
 
 const call = () => ({ deadline: new Deadline(5000) });
@@ -127,7 +126,7 @@ describe('LarkClient against the emulator', () => {
   });
 
   it('reuses the cached token across calls: one token request per app, each app its own token', async () => {
-    clearTokenCache();
+    // Two fresh apps: neither has a cached token yet.
     const a = await client();
     const b = await client();
     await emu('calls', undefined, 'DELETE');

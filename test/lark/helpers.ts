@@ -3,10 +3,22 @@ import { env, exports } from 'cloudflare:workers';
 import { expect } from 'vitest';
 import worker from '../../workers/index';
 import { LarkApiError } from '../../workers/lark/errors';
+import { cachedToken, dropToken, tokenCacheKey } from '../../workers/lark/token-cache';
 import { uid } from '../helpers/db';
 import { type CardKitConfig, type CardView, listCards, readCard, setCardKit } from '../helpers/lark-cards';
 
 export const larkBase = () => env.LARK_API_BASE!;
+
+/**
+ * What a new isolate sees of one app: no cached tenant token (the cache is isolate memory).
+ * Returns whether a token was cached, so a caller can insist that it was.
+ */
+export function forgetCachedToken(app: { apiBase: string; appId: string }): boolean {
+  const key = tokenCacheKey(app.apiBase.replace(/\/+$/, ''), app.appId);
+  const token = cachedToken(key, { now: () => 0 });
+  if (token !== undefined) dropToken(key, token);
+  return token !== undefined;
+}
 
 /** Calls the emulator's control API (/__emulator/...). */
 export async function emu<T = unknown>(

@@ -2,7 +2,7 @@ import { exports } from 'cloudflare:workers';
 import { afterAll, describe, expect, it } from 'vitest';
 import { operationStampMs } from '../../workers/reaction-tickets/operation-id';
 import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
-import { call, DAY_MS, issue, opId, seedWorld, snapshot, ticketFor, tokenFor } from './helpers';
+import { call, DAY_MS, issue, opId, seedWorld, snapshot, ticketFor, tokenFor, type World } from './helpers';
 
 const pool = testPool();
 afterAll(() => pool.end());
@@ -137,16 +137,25 @@ describe('POST /v1/reaction-tickets', () => {
   });
 });
 
+/** Issuance for the world's first actor on its first message under tight bounds (`tight`). */
+function issuer(w: World, bounds: { maxOutstanding: number; perMinute: number }) {
+  const tight = {
+    REACTION_TICKET_MAX_OUTSTANDING: String(bounds.maxOutstanding),
+    REACTION_TICKET_RATE_PER_MINUTE: String(bounds.perMinute),
+  };
+  const ask = (op: string, emoji: string) =>
+    call('POST', '/v1/reaction-tickets', {
+      token: w.tokens[0]!,
+      env: tight,
+      body: { operationId: op, messageId: w.messages[0]!, emoji, desired: 'present' },
+    });
+  return { tight, ask };
+}
+
 describe('issuance bounds', () => {
   it('over the outstanding bound is 429 quota_exceeded with Retry-After; applying frees a slot', async () => {
     const w = await seedWorld();
-    const tight = { REACTION_TICKET_MAX_OUTSTANDING: '2', REACTION_TICKET_RATE_PER_MINUTE: '100' };
-    const ask = (op: string, emoji: string) =>
-      call('POST', '/v1/reaction-tickets', {
-        token: w.tokens[0]!,
-        env: tight,
-        body: { operationId: op, messageId: w.messages[0]!, emoji, desired: 'present' },
-      });
+    const { tight, ask } = issuer(w, { maxOutstanding: 2, perMinute: 100 });
     const a = opId();
     const first = await ask(a, '1️⃣');
     expect(first.status).toBe(201);
@@ -175,15 +184,11 @@ describe('issuance bounds', () => {
 
   it('over the issuance rate is 429 quota_exceeded (details.reason "rate") with Retry-After, and nothing is issued; rate_limited is only the request limiter (issue 29 hole 1)', async () => {
     const w = await seedWorld();
-    const tight = { REACTION_TICKET_MAX_OUTSTANDING: '100', REACTION_TICKET_RATE_PER_MINUTE: '3' };
+    const { ask } = issuer(w, { maxOutstanding: 100, perMinute: 3 });
     const statuses: number[] = [];
     let last: Awaited<ReturnType<typeof call>> | undefined;
     for (let i = 0; i < 4; i++) {
-      last = await call('POST', '/v1/reaction-tickets', {
-        token: w.tokens[0]!,
-        env: tight,
-        body: { operationId: opId(), messageId: w.messages[0]!, emoji: `e${i}`, desired: 'present' },
-      });
+      last = await ask(opId(), `e${i}`);
       statuses.push(last.status);
     }
     expect(statuses).toEqual([201, 201, 201, 429]);
@@ -200,13 +205,7 @@ describe('issuance bounds', () => {
 
   it('retiring frees a slot too, and an expired ticket stops counting without any release', async () => {
     const w = await seedWorld();
-    const tight = { REACTION_TICKET_MAX_OUTSTANDING: '1', REACTION_TICKET_RATE_PER_MINUTE: '100' };
-    const ask = (op: string, emoji: string) =>
-      call('POST', '/v1/reaction-tickets', {
-        token: w.tokens[0]!,
-        env: tight,
-        body: { operationId: op, messageId: w.messages[0]!, emoji, desired: 'present' },
-      });
+    const { tight, ask } = issuer(w, { maxOutstanding: 1, perMinute: 100 });
     const a = opId();
     const first = await ask(a, '1️⃣');
     expect(first.status).toBe(201);

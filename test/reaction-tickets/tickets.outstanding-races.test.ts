@@ -3,7 +3,7 @@ import { env } from 'cloudflare:workers';
 import type { PoolClient } from '@neondatabase/serverless';
 import { afterAll, afterEach, describe, expect, inject, it } from 'vitest';
 import { ISSUANCE_LOCK_SQL, OPERATION_LOCK_SQL } from '../../workers/reaction-tickets/locks';
-import { backendPid, testPool } from '../helpers/db';
+import { backendPid, blockedBehindAll, testPool } from '../helpers/db';
 import { call, opId, PATIENT, type Reply, seedWorld, type World } from './helpers';
 
 /**
@@ -61,20 +61,6 @@ async function hold(sql: string, params: unknown[][]): Promise<PoolClient & { pi
   return Object.assign(client, { pid: await backendPid(client) });
 }
 
-/** Waits until exactly `n` backends are blocked behind `holderPid`; returns their pids. */
-async function blockedCount(holderPid: number, n: number): Promise<number[]> {
-  const started = Date.now();
-  for (;;) {
-    const { rows } = await pool.query<{ pid: number }>(
-      'select pid from pg_stat_activity where $1 = any(pg_blocking_pids(pid))',
-      [holderPid],
-    );
-    if (rows.length >= n) return rows.map((r) => r.pid);
-    if (Date.now() - started > 15_000) throw new Error(`only ${rows.length} of ${n} blocked`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 describe('the per-actor outstanding bound under concurrency', () => {
   it('in-flight issuances blocked mid-transaction cannot be counted out: a third request over a bound of 2 does not make 3 tickets', async () => {
     const w = await seedWorld();
@@ -87,7 +73,7 @@ describe('the per-actor outstanding bound under concurrency', () => {
     ]);
     const pa = ask(a, 1);
     const pb = ask(b, 2);
-    await blockedCount(holder.pid, 2);
+    await blockedBehindAll(pool, holder.pid, 2, 15_000);
     const third = await ask(c, 3);
     await holder.query('commit');
     const [ra, rb] = await Promise.all([pa, pb]);
@@ -105,7 +91,7 @@ describe('the per-actor outstanding bound under concurrency', () => {
     // Through PgBouncer (PGBOUNCER=1) only its pool's server connections can reach the lock;
     // the other racers queue in PgBouncer and reach it as connections free up.
     const serverConnections = inject('pgbouncerPoolSize') || Number.POSITIVE_INFINITY;
-    await blockedCount(holder.pid, Math.min(8, serverConnections));
+    await blockedBehindAll(pool, holder.pid, Math.min(8, serverConnections), 15_000);
     await holder.query('commit');
     const replies = await Promise.all(pending);
     const statuses = replies.map((r) => r.status).sort();
@@ -153,7 +139,7 @@ describe('a live ticket keeps its slot whatever its re-requests meet', () => {
       env: { REACTION_LOCK_TIMEOUT_MS: '200', REACTION_TX_BUDGET_MS: '5000' },
     });
     const retried = impatient(live, 1);
-    await blockedCount(holder.pid, 1);
+    await blockedBehindAll(pool, holder.pid, 1, 15_000);
     const failed = await retried;
     expect(failed.status, JSON.stringify(failed.body)).toBe(503);
     await holder.query('commit');
@@ -185,7 +171,7 @@ describe('a live ticket keeps its slot whatever its re-requests meet', () => {
       env: { REACTION_LOCK_TIMEOUT_MS: '200', REACTION_TX_BUDGET_MS: '5000' },
     });
     const pending = impatient(first, 1);
-    await blockedCount(holder.pid, 1);
+    await blockedBehindAll(pool, holder.pid, 1, 15_000);
     expect((await pending).status).toBe(503);
     await holder.query('commit');
     const live = opId();

@@ -4,14 +4,13 @@ import { Deadline } from '../../workers/clock';
 import { seal } from '../../workers/crypto/sealed';
 import type { Installation } from '../../workers/installations/store';
 import { LarkClient } from '../../workers/lark/client';
-import { clearTokenCache } from '../../workers/lark/token-cache';
 import { setLogLevel } from '../../workers/log';
 import { withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runExpiration } from '../../workers/typing-ledger/passes/expire';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { advanceDbClock, setDbClockOffset, testPool } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
-import { admin, emu } from '../lark/helpers';
+import { admin, emu, forgetCachedToken } from '../lark/helpers';
 import { liveRows, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
 import { keys, makeInstallation, row, typingOf } from './helpers';
 
@@ -132,7 +131,7 @@ describe('a withdrawal after the App Secret was rotated', () => {
     expect(await tokenRequests()).toEqual([]);
 
     // A new isolate: no cached token speaks for the snapshot, its secret must be presented.
-    clearTokenCache();
+    expect(forgetCachedToken(inst)).toBe(true);
     await emu('calls', undefined, 'DELETE');
     expect(await withdrawAfterCommit(pool, keys(), [fresh!.id])).toEqual({ [fresh!.id]: 'cleaned' });
 
@@ -243,7 +242,7 @@ describe('a withdrawal after the App Secret was rotated', () => {
     const [live] = await liveRows(pool, inst, 1);
     const appSecret = `rotated-${crypto.randomUUID()}`;
     await emu(`apps/${inst.appId}/rotate-secret`, { app_secret: appSecret, revoke_tokens: true });
-    clearTokenCache();
+    forgetCachedToken(inst);
 
     expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 1, cleaned: 0 });
     expect((await row(pool, live!.id)).last_error).toMatch(/:10015$/);
@@ -285,7 +284,7 @@ describe('a withdrawal after the App Secret was rotated', () => {
       app_secret: `rotated-${crypto.randomUUID()}`,
       revoke_tokens: true,
     });
-    clearTokenCache();
+    forgetCachedToken(inst);
     expect(await retry(inst.workspaceId)).toMatchObject({ claimed: 1, permanent: 1 });
     expect((await row(pool, refused!.id)).last_error).toMatch(/:10015$/);
 

@@ -5,12 +5,11 @@ import { afterTurnSettled, type TurnSettlement } from '../../workers/channel/typ
 import { withTx } from '../../workers/db/tx';
 import { loadConfig } from '../../workers/env';
 import type { Installation } from '../../workers/installations/store';
-import { clearTokenCache } from '../../workers/lark/token-cache';
 import { addTypingBadge, settleTurnInputs, withdrawAfterCommit } from '../../workers/typing-ledger';
 import { runPruning } from '../../workers/typing-ledger/passes/prune';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { setDbClockOffset, testPool, uid } from '../helpers/db';
-import { emu } from '../lark/helpers';
+import { emu, forgetCachedToken } from '../lark/helpers';
 import { liveRows, quietEmulator, trackWorkspaces } from '../typing-maintenance/helpers';
 import {
   advanceClocks,
@@ -219,10 +218,10 @@ describe('a 429 reset holds the route', () => {
     const inst = await install();
     const live = await liveRows(pool, inst, 2);
     // The token cache is isolate memory: cleared, each call below is a fresh isolate's.
-    clearTokenCache();
+    forgetCachedToken(inst);
     await emu('faults', { route: 'token', kind: '429', resetSeconds: 60 });
     expect(await withdrawAfterCommit(pool, keys(), [live[0]!.id])).toEqual({ [live[0]!.id]: 'rate_limited' });
-    clearTokenCache();
+    forgetCachedToken(inst);
     await advanceClocks(pool, 30_000);
     expect(await withdrawAfterCommit(other, keys(), [live[1]!.id])).toEqual({
       [live[1]!.id]: 'rate_limited',
@@ -230,7 +229,7 @@ describe('a 429 reset holds the route', () => {
     expect((await tokenCalls(inst.appId)).map((c) => c.status)).toEqual([429]);
 
     await advanceClocks(pool, 31_000);
-    clearTokenCache();
+    forgetCachedToken(inst);
     const after = await runRemoteRetry(other, { keys: keys(), scope: { workspaceIds: [inst.workspaceId] } });
     expect(after).toMatchObject({ claimed: 2, cleaned: 2 });
     // The pass withdraws its rows side by side, each fetching the cold cache's token: every

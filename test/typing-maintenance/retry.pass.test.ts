@@ -2,7 +2,7 @@ import type { Pool } from '@neondatabase/serverless';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../../workers/clock';
 import { claimDue } from '../../workers/typing-ledger/passes/claim';
-import { backoffAfterClaim } from '../../workers/typing-ledger/passes/limits';
+import { BACKOFF_BASE_MS, BACKOFF_MAX_MS } from '../../workers/typing-ledger/passes/limits';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
 import { setDbClockOffset, testPool } from '../helpers/db';
 import { emu } from '../lark/helpers';
@@ -21,6 +21,10 @@ import {
 
 let pool: Pool;
 const { ws, dropAll } = trackWorkspaces();
+
+/** The spec's backoff after the n-th claim (1-based): 30 s · 2^(n-1), at most one hour. */
+const backoffAfterClaim = (claims: number) =>
+  Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** Math.max(0, claims - 1));
 
 beforeAll(() => {
   pool = testPool(12);

@@ -16,11 +16,10 @@ import {
 } from '../effects/dead-letters-bulk';
 import { WAKE_BUDGET_MS } from '../effects/recovery';
 import { AppError } from '../errors';
-import { readJsonBody } from '../lib/json-body';
+import { readJsonBody, validInput } from '../lib/json-body';
 import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { requireAdmin } from '../middleware';
-import { valid } from '../typing-ledger/admin-routes';
 
 /** The admin routes' bodies: the bulk fields, and the operator recorded with an action. */
 export const PreviewBody = BulkInput;
@@ -98,7 +97,7 @@ export function bulkAudit(r: BulkResult) {
  * the statement committed.
  */
 export async function oneDeadLetter(c: Context<AppEnv>, action: BulkAction, messageId: string) {
-  const id = valid(MessageId, messageId);
+  const id = validInput(MessageId, messageId);
   const pool = c.var.db();
   const instanceId =
     action === 'requeue' ? await requeueDeadMessage(pool, id) : await discardDeadMessage(pool, id);
@@ -124,7 +123,7 @@ export const deadLettersAdmin = new Hono<AppEnv>()
   .post('/:id/discard', async (c) => actOne(c, 'discard'));
 
 async function actOne(c: Context<AppEnv>, action: BulkAction) {
-  const messageId = valid(MessageId, c.req.param('id'));
+  const messageId = validInput(MessageId, c.req.param('id'));
   const { operator } = await readJsonBody(c, OneBody);
   const r = await oneDeadLetter(c, action, messageId);
   await recordAction(c.var.db(), {

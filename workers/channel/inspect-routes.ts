@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import type { AppEnv } from '../context';
+import { validInput } from '../lib/json-body';
 import { requireAdmin } from '../middleware';
-import { valid } from '../typing-ledger/admin-routes';
 import { InspectQuery, inspect } from './inspect';
 
 /**
@@ -10,6 +10,6 @@ import { InspectQuery, inspect } from './inspect';
  * operators who script it (docs/operations.md "Conversation inspector").
  */
 export const conversationsAdmin = new Hono<AppEnv>().use('*', requireAdmin()).get('/', async (c) => {
-  const input = valid(InspectQuery, { q: c.req.query('q'), session: c.req.query('session') });
+  const input = validInput(InspectQuery, { q: c.req.query('q'), session: c.req.query('session') });
   return c.json(await inspect(c.var.db(), input.q, input.session));
 });

@@ -4,6 +4,7 @@ import { Deadline } from '../clock';
 import type { AppEnv } from '../context';
 import { openPool } from '../db/pool';
 import { connectWithin } from '../db/refusal';
+import { actorHostStub } from '../effects/actor-host-stub';
 import { AppError } from '../errors';
 import { INSTALLATION_ID } from '../installations/store';
 import { recordRejectedEvent } from '../lark/event-receipts';
@@ -13,8 +14,9 @@ import { limitBody } from '../lib/body-limit';
 import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
 import { acceptInboundMessage, unstorableField } from './accept';
-import { afterInboundAnswered, type InboundMessage, type RecordedInput } from './inbound';
+import type { InboundMessage, RecordedInput } from './inbound';
 import { botMentioned, loadWebhookInstallation } from './mentions';
+import { afterInputAnswered } from './typing-hooks';
 
 /**
  * Lark allows 3 s for the answer (1 s for the URL check); the database gets half. The
@@ -159,14 +161,33 @@ async function handle(
   return c.json({ ok: true });
 }
 
+/**
+ * Runs after the 200, through `executionCtx.waitUntil`, only for a newly recorded input:
+ * wakes the conversation's ActorHost (the commit is done, so it sees the input) and lets the
+ * ledger send the Typing Add on the request's own pool (still open: the pool ends as soon as
+ * the Add's statements settle, without waiting for the wake-up, whose RPC returns only when
+ * the host's pump is done). A lost wake-up is recovered by the minute cron's mailbox polling.
+ */
 function runAfterAnswer(
   c: { env: AppEnv['Bindings']; var: AppEnv['Variables']; executionCtx: Pick<ExecutionContext, 'waitUntil'> },
   recorded: RecordedInput,
   pool: Pool,
 ): Promise<void> {
-  const { dbDone, done } = afterInboundAnswered(c.env, c.var.config, recorded, pool);
-  // Last resort: afterInboundAnswered logs its parts' own failures; anything else lands here.
-  const task = done.catch((err: unknown) =>
+  const { sessionId } = recorded.typing;
+  const woken = actorHostStub(c.env, sessionId)
+    .wake(sessionId)
+    .then(
+      () => undefined,
+      (err: unknown) => log.warn('channel_wake_failed', { sessionId, error: err }),
+    );
+  // Never throws: it logs its own failures (`typing_add_error`).
+  const dbDone = afterInputAnswered(
+    c.var.config,
+    { input: recorded.typing, registration: recorded.registration },
+    pool,
+  );
+  // Last resort: both parts log their own failures; anything else lands here.
+  const task = Promise.all([woken, dbDone]).catch((err: unknown) =>
     log.error('lark_after_answer_failed', { installationId: recorded.typing.installationId, error: err }),
   );
   try {

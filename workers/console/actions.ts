@@ -16,9 +16,10 @@ import {
 } from '../installations/settings';
 import { INSTALLATION_ID } from '../installations/store';
 import { constantTimeEqual } from '../lib/constant-time';
-import { retentionOwner } from '../retention/routes';
-import { REFUSED, RowId, typingMaintenance, valid } from '../typing-ledger/admin-routes';
-import { removeManually } from '../typing-ledger/manual-removal';
+import { validInput } from '../lib/json-body';
+import { retentionOwner } from '../retention/owner';
+import { typingMaintenance } from '../typing-ledger/maintenance';
+import { REFUSED, RowId, removeManually } from '../typing-ledger/manual-removal';
 import { csrfToken, type Session } from './session';
 import { bulkPreviewView, bulkResultView } from './views';
 
@@ -43,7 +44,7 @@ const Generation = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 function bulkFields(form: Form) {
   const text = (k: string) =>
     typeof form[k] === 'string' && form[k] !== '' ? (form[k] as string) : undefined;
-  return valid(BulkInput, {
+  return validInput(BulkInput, {
     installation: text('installation') ?? '',
     from: text('from'),
     to: text('to'),
@@ -97,7 +98,7 @@ export const ACTIONS: Record<string, Action> = {
         'forbidden',
         'Enabling the cleanup needs its own credential (RETENTION_ADMIN_TOKEN)',
       );
-    const generation = valid(Generation, form.generation);
+    const generation = validInput(Generation, form.generation);
     const actor = {
       operator: s.operator,
       credential: 'retention_admin' as const,
@@ -109,7 +110,7 @@ export const ACTIONS: Record<string, Action> = {
     return { target: null, outcome: `enabled at generation ${generation}`, panel: 'retention' };
   },
   'badge-remove': async (c, _s, form) => {
-    const rowId = valid(RowId, form.row);
+    const rowId = validInput(RowId, form.row);
     const r = await removeManually(c.var.db(), c.var.config.SECRET_KEYS, rowId);
     if (r.kind !== 'done') {
       const [code, message] = REFUSED[r.kind];
@@ -119,15 +120,15 @@ export const ACTIONS: Record<string, Action> = {
   },
   // The admin routes' function (POST /admin/effects/dead-letters/:id/requeue and /discard).
   'dead-requeue': async (c, _s, form) => {
-    const r = await oneDeadLetter(c, 'requeue', valid(MessageId, form.message));
+    const r = await oneDeadLetter(c, 'requeue', validInput(MessageId, form.message));
     return { target: `mailbox:${r.id}`, outcome: r.outcome, panel: 'effects' };
   },
   // The admin route's change (PATCH /admin/lark/installations/:id/settings), one setting a form.
   'settings-update': async (c, s, form) => {
-    const id = valid(InstallationId, form.installation);
-    const setting = valid(Setting, form.setting);
+    const id = validInput(InstallationId, form.installation);
+    const setting = validInput(Setting, form.setting);
     const text = typeof form.value === 'string' ? form.value.trim() : '';
-    const change = valid(SettingsChange, { [setting]: settingFromText(setting, text) });
+    const change = validInput(SettingsChange, { [setting]: settingFromText(setting, text) });
     const update = await updateSettings(c.var.db(), id, change, s.operator);
     if (!update) throw new AppError('not_found', 'No such installation');
     const ch = update.changed[0];
@@ -140,8 +141,8 @@ export const ACTIONS: Record<string, Action> = {
   // The admin routes' functions (POST /admin/lark/installations/:id/turns/:turnId/rerun,
   // /:id/pause, /:id/resume): the same locks, the same refusals, the same wake-ups.
   'turn-rerun': async (c, _s, form) => {
-    const id = valid(InstallationId, form.installation);
-    const turnId = valid(TurnId, form.turn);
+    const id = validInput(InstallationId, form.installation);
+    const turnId = validInput(TurnId, form.turn);
     const r = await rerunTurn(c.var.db(), id, turnId);
     if (!r) throw new AppError('not_found', 'No such turn');
     wakeSessions(c, [r.sessionId]);
@@ -152,15 +153,15 @@ export const ACTIONS: Record<string, Action> = {
     };
   },
   'installation-pause': async (c, s, form) => {
-    const id = valid(InstallationId, form.installation);
+    const id = validInput(InstallationId, form.installation);
     const update = await pauseInstallation(c.var.db(), id, s.operator);
     if (!update) throw new AppError('not_found', 'No such installation');
     const ch = update.changed[0];
     return { target: id, outcome: ch ? `${ch.from} -> ${ch.to}` : 'unchanged: on', panel: 'lark' };
   },
   'installation-resume': async (c, s, form) => {
-    const id = valid(InstallationId, form.installation);
-    const backlog = valid(Backlog, form.backlog);
+    const id = validInput(InstallationId, form.installation);
+    const backlog = validInput(Backlog, form.backlog);
     const resumed = await resumeInstallation(c.var.db(), id, s.operator, backlog);
     if (!resumed) throw new AppError('not_found', 'No such installation');
     wakeSessions(c, resumed.conversations.slice(0, RESUME_WAKE_LIMIT));
@@ -186,7 +187,7 @@ export const ACTIONS: Record<string, Action> = {
   'dead-bulk-requeue': bulkAction('requeue'),
   'dead-bulk-discard': bulkAction('discard'),
   'dead-discard': async (c, _s, form) => {
-    const r = await oneDeadLetter(c, 'discard', valid(MessageId, form.message));
+    const r = await oneDeadLetter(c, 'discard', validInput(MessageId, form.message));
     return { target: `mailbox:${r.id}`, outcome: r.outcome, panel: 'effects' };
   },
 };

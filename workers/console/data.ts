@@ -1,17 +1,14 @@
 import type { Context } from 'hono';
 import type { MaintenanceStatus } from '../../durable-objects/typing-maintenance';
-import { BACKLOG_QUERY, COUNT_CAP } from '../admin/status';
+import { BACKLOG_QUERY, COUNT_CAP } from '../admin/backlog';
 import type { AppEnv } from '../context';
 import { withTx } from '../db/tx';
 import { settingsFromRow } from '../installations/settings';
 import { log } from '../log';
-import { retentionOwner } from '../retention/routes';
+import { retentionOwner } from '../retention/owner';
 import type { RetentionStatus } from '../retention/types';
-import {
-  OPERATIONAL_QUERY,
-  typingMaintenance,
-  type WorkspaceTypingStatus,
-} from '../typing-ledger/admin-routes';
+import { typingMaintenance } from '../typing-ledger/maintenance';
+import { OPERATIONAL_QUERY, type WorkspaceTypingStatus } from '../typing-ledger/operational';
 import * as Q from './queries';
 
 type Row = Record<string, unknown>;

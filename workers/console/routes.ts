@@ -5,10 +5,9 @@ import type { AppEnv } from '../context';
 import { withTx } from '../db/tx';
 import { AppError } from '../errors';
 import { constantTimeEqual } from '../lib/constant-time';
-import { assertStorable } from '../lib/json-body';
+import { assertStorable, validInput } from '../lib/json-body';
 import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
-import { valid } from '../typing-ledger/admin-routes';
 import { listGivenUp } from '../typing-ledger/given-up';
 import { ACTIONS, formTarget } from './actions';
 import { Operator, recordAction } from './audit';
@@ -107,7 +106,7 @@ export const consoleApp = new Hono<AppEnv>()
       raw === undefined || raw === ''
         ? { q: '', matches: [], conversation: null, timeline: [] }
         : await (async () => {
-            const input = valid(InspectQuery, { q: raw, session: c.req.query('session') });
+            const input = validInput(InspectQuery, { q: raw, session: c.req.query('session') });
             return { q: input.q, ...(await inspect(c.var.db(), input.q, input.session)) };
           })();
     return render(

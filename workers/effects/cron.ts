@@ -29,7 +29,7 @@ export const PRUNE_BATCH = 1000;
 /** Each table's batch runs in its own transaction with this budget (statement_timeout). */
 export const PRUNE_BUDGET_MS = 5_000;
 
-export interface RetentionReport {
+export interface EffectPruneReport {
   mailbox: number;
   effects: number;
   checks: number;
@@ -52,15 +52,15 @@ export interface RetentionReport {
  * - actor_instances: idle instances of the actor types that declare a retention
  *   (`ActorType.retention`, instance-retention.ts), last, after their rows' own batches.
  */
-export async function runRetention(
+export async function pruneEffectRows(
   pool: Pool,
   runtime: EffectRuntimeConfig,
   opts: { batch?: number; budgetMs?: number; registry?: EffectRegistry } = {},
-): Promise<RetentionReport> {
+): Promise<EffectPruneReport> {
   const rules = (opts.registry ?? effectRegistry).retentionRules();
   const batch = opts.batch ?? PRUNE_BATCH;
   const budgetMs = opts.budgetMs ?? PRUNE_BUDGET_MS;
-  const report: RetentionReport = {
+  const report: EffectPruneReport = {
     mailbox: 0,
     effects: 0,
     checks: 0,
@@ -70,7 +70,7 @@ export async function runRetention(
     failed: [],
   };
   const steps: [
-    keyof Omit<RetentionReport, 'failed'>,
+    keyof Omit<EffectPruneReport, 'failed'>,
     (tx: Parameters<typeof pruneMailbox>[0]) => Promise<number>,
   ][] = [
     ['mailbox', (tx) => pruneMailbox(tx, runtime.mailboxRetentionMs, batch)],
@@ -166,7 +166,7 @@ export async function effectsEveryMinute(env: Env, opts: { recoveryBudgetMs?: nu
       log.error('effect_poll_failed', { error: err });
       return null;
     });
-    const pruned = await runRetention(pool, runtime);
+    const pruned = await pruneEffectRows(pool, runtime);
     return { recovery, poll, pruned };
   });
 }

@@ -24,7 +24,6 @@ export {
   processRecoveryChecks,
   pruneEffects,
   pruneExpiredBindings,
-  pruneRecoveryBindings,
   pruneRecoveryChecks,
   requestEffectRecovery,
   runRecoveryPass,

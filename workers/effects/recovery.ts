@@ -141,66 +141,94 @@ export async function runRecoveryPass(
   } = {},
 ): Promise<RecoveryPassReport> {
   const deadline = new Deadline(opts.budgetMs ?? 20_000, opts.clock ?? systemClock);
-  const report: RecoveryPassReport = {
-    candidates: 0,
-    retired: 0,
-    requeued: 0,
-    deferred: 0,
-    errors: 0,
-    checks: 0,
+  const pass: Pass = {
+    pool,
+    config,
+    deadline,
+    wakes: new Wakes(opts.wake, deadline),
+    report: { candidates: 0, retired: 0, requeued: 0, deferred: 0, errors: 0, checks: 0 },
   };
-  const candidates = opts.instanceId
-    ? (
-        await pool.query<{ id: string; origin_instance_id: string }>(STALE_CANDIDATES_OF_INSTANCE_SQL, [
-          config.staleAfterMs,
-          config.claimScanLimit,
-          config.takeoverKinds ?? [],
-          opts.instanceId,
-        ])
-      ).rows
-    : await staleCandidates(pool, config);
-  report.candidates = candidates.length;
-  const wakes = new Wakes(opts.wake, deadline);
+  const candidates = await recoveryCandidates(pool, config, opts.instanceId);
+  pass.report.candidates = candidates.length;
   for (const c of candidates) {
     if (deadline.expired()) break;
-    try {
-      const decided = await withTx(pool, { budgetMs: deadline.slice(TX_BUDGET_MS) }, (tx) =>
-        decideRecovery(tx, c.origin_instance_id, [c.id], [], config),
-      );
-      const out = decided.outcomes.get(c.id)?.outcome;
-      if (out === 'retired') report.retired++;
-      else if (out === 'pending' || out === 'dead') report.requeued++;
-      else if (out === 'deferred') report.deferred++;
-      // Retired: the recovery message; dead: the failure callback; pending: the host reclaims it.
-      if (out === 'retired' || out === 'dead' || out === 'pending') wakes.after(c.origin_instance_id);
-    } catch (err) {
-      // A query error is an error, never a verdict of "stale".
-      report.errors++;
-      log.error('effect_recovery_failed', { effectId: c.id, error: err });
-    }
+    const out = await decideCandidate(pass, c);
+    if (out === 'retired') pass.report.retired++;
+    else if (out === 'pending' || out === 'dead') pass.report.requeued++;
+    else if (out === 'deferred') pass.report.deferred++;
+    // Retired: the recovery message; dead: the failure callback; pending: the host reclaims it.
+    if (out === 'retired' || out === 'dead' || out === 'pending') pass.wakes.after(c.origin_instance_id);
   }
-  if (!opts.instanceId && !deadline.expired()) {
-    const { rows } = await pool.query<{ origin_instance_id: string }>(
-      `select distinct origin_instance_id from effect_recovery_checks where outcome is null limit $1`,
-      [config.claimScanLimit],
-    );
-    for (const r of rows) {
-      if (deadline.expired()) break;
-      try {
-        const batch = await checkBatch(pool, r.origin_instance_id, config, {
-          budgetMs: deadline.slice(TX_BUDGET_MS),
-        });
-        report.checks += batch.outcomes.size;
-        if (batch.wake) wakes.after(r.origin_instance_id);
-      } catch (err) {
-        report.errors++;
-        log.error('effect_recovery_check_failed', { instanceId: r.origin_instance_id, error: err });
-      }
-    }
-  }
+  if (!opts.instanceId && !deadline.expired()) await answerOpenChecks(pass);
   // Every wake was bounded when it started (its budget, the pass's deadline): this ends in time.
-  await wakes.settle();
-  return report;
+  await pass.wakes.settle();
+  return pass.report;
+}
+
+/** What one recovery pass shares between its steps. */
+interface Pass {
+  pool: Pool;
+  config: EffectRuntimeConfig;
+  deadline: Deadline;
+  wakes: Wakes;
+  report: RecoveryPassReport;
+}
+
+/** The pass's candidates: every stale claim, or one origin instance's. */
+async function recoveryCandidates(
+  pool: Pool,
+  config: EffectRuntimeConfig,
+  instanceId: string | undefined,
+): Promise<{ id: string; origin_instance_id: string }[]> {
+  if (!instanceId) return staleCandidates(pool, config);
+  const { rows } = await pool.query<{ id: string; origin_instance_id: string }>(
+    STALE_CANDIDATES_OF_INSTANCE_SQL,
+    [config.staleAfterMs, config.claimScanLimit, config.takeoverKinds ?? [], instanceId],
+  );
+  return rows;
+}
+
+/**
+ * One candidate decided under locks in its own transaction: its outcome, or undefined when
+ * the decision failed (counted and logged).
+ */
+async function decideCandidate(
+  pass: Pass,
+  c: { id: string; origin_instance_id: string },
+): Promise<RecoveryOutcome['outcome'] | undefined> {
+  try {
+    const decided = await withTx(pass.pool, { budgetMs: pass.deadline.slice(TX_BUDGET_MS) }, (tx) =>
+      decideRecovery(tx, c.origin_instance_id, [c.id], [], pass.config),
+    );
+    return decided.outcomes.get(c.id)?.outcome;
+  } catch (err) {
+    // A query error is an error, never a verdict of "stale".
+    pass.report.errors++;
+    log.error('effect_recovery_failed', { effectId: c.id, error: err });
+    return undefined;
+  }
+}
+
+/** Open explicit checks, one bounded batch per origin instance, while the deadline lasts. */
+async function answerOpenChecks(pass: Pass): Promise<void> {
+  const { pool, config, deadline, report } = pass;
+  const { rows } = await pool.query<{ origin_instance_id: string }>(
+    `select distinct origin_instance_id from effect_recovery_checks where outcome is null limit $1`,
+    [config.claimScanLimit],
+  );
+  for (const r of rows) {
+    if (deadline.expired()) break;
+    try {
+      const batch = await checkBatch(pool, r.origin_instance_id, config, {
+        budgetMs: deadline.slice(TX_BUDGET_MS),
+      });
+      report.checks += batch.outcomes.size;
+      if (batch.wake) pass.wakes.after(r.origin_instance_id);
+    } catch (err) {
+      report.errors++;
+      log.error('effect_recovery_check_failed', { instanceId: r.origin_instance_id, error: err });
+    }
+  }
 }
 
 const HandleSchema = z.object({
@@ -355,16 +383,6 @@ export async function pruneExpiredBindings(q: Queryable, batch = 1000): Promise<
     [batch],
   );
   return res.rowCount ?? 0;
-}
-
-/**
- * Bounded retention for resolved checks and expired bindings (kept for callers of the
- * original API; the minute cron runs the two separately, each with its own budget).
- * Returns the number of bindings deleted.
- */
-export async function pruneRecoveryBindings(q: Queryable, batch = 1000): Promise<number> {
-  await pruneRecoveryChecks(q, batch);
-  return pruneExpiredBindings(q, batch);
 }
 
 /**

@@ -149,5 +149,8 @@ export class EffectRegistry {
   }
 }
 
-/** The registry the Worker's ActorHost uses; features register into it at module load. */
+/**
+ * The registry the Worker's ActorHost, webhook and cron use; the Worker's entry
+ * (workers/index.ts) registers the features into it explicitly.
+ */
 export const effectRegistry = new EffectRegistry();

@@ -8,7 +8,7 @@ import { commitActor } from './commit';
 import { EffectStage } from './emit';
 import { loadInstance, pendingMessages, recordFailedDelivery } from './mailbox';
 import { ownHandle, requestEffectRecovery } from './recovery';
-import type { ActorEvent, EffectRegistry } from './registry';
+import type { ActorEvent, ActorType, EffectRegistry } from './registry';
 import { claimEffects, completeEffects, failEffects } from './scheduler';
 import {
   ACTOR_COMMIT_BUDGET_MS,
@@ -58,18 +58,8 @@ export async function drainStep(
     const [msg] = await pendingMessages(pool, instanceId, 1);
     const { rows } = await pool.query<{ now: string }>('select app_now_ms() as now');
     const nowMs = Number(rows[0]!.now);
-    let event: ActorEvent;
-    if (msg) event = { type: 'message', key: msg.message_key, payload: msg.payload, messageId: msg.id };
-    else if (inst.wake_at_ms !== null && Number(inst.wake_at_ms) <= nowMs)
-      event = { type: 'timer', atMs: Number(inst.wake_at_ms) };
-    else return { handled: false, effects: [], checkRequestIds: [] };
-
-    const stage = new EffectStage(instanceId);
-    const checks: EffectHandle[] = [];
-    const checking: { handle: EffectHandle; answer: Promise<void> }[] = [];
-    const writes: ((tx: PoolClient) => Promise<void>)[] = [];
-    // A timer event consumes the timer unless the handler sets a new one.
-    let wakeAtMs: number | null | undefined = event.type === 'timer' ? null : undefined;
+    const event = nextEvent(msg, inst, nowMs);
+    if (!event) return { handled: false, effects: [], checkRequestIds: [] };
     // Written by a newer release than this one reads: refused before the handler sees it (never
     // misread), outside the try below so it is not counted as a failed delivery; the pump fails
     // and retries, and the newer release, serving this object within the rollout, reads it.
@@ -80,85 +70,12 @@ export async function drainStep(
         messageId: msg.id,
       });
     try {
-      const state = await actor.handle(event, inst.state ?? actor.initialState(), {
-        instanceId,
-        actorType: inst.actor_type,
-        actorKey: inst.actor_key,
-        revision: inst.revision,
-        nowMs,
-        emit: (kind, args, opts) => stage.emit(kind, args, opts),
-        setTimer: (at) => {
-          wakeAtMs = at;
-        },
-        // Refused in the handler, where it can catch them: at once for another actor's handle
-        // (`forbidden`), and in the answer it may await for a handle with no live binding
-        // (`gone`: never bound, or past its lifetime). Never in the commit, where a refusal
-        // rolled the whole turn back and counted it as a failed delivery.
-        requestRecovery: (h) => {
-          const handle = ownHandle(instanceId, h);
-          const answer = refuseUnlessBound(pool, instanceId, handle).then(() => {
-            checks.push(handle);
-          });
-          // Handled by design: the drain reads every answer below (a handler may not wait).
-          answer.catch(() => undefined);
-          checking.push({ handle, answer });
-          return answer;
-        },
-        inCommit: (w) => {
-          writes.push(w);
-        },
-        read: (query) => query(pool),
-      });
-      // Every check the handler asked for is answered before its commit, awaited or not: a
-      // refused one is not staged and is logged once; any other failure fails the turn.
-      for (const c of checking) {
-        const refused = await c.answer.then(
-          () => null,
-          (err: unknown) => err,
-        );
-        if (refused === null) continue;
-        if (!(refused instanceof AppError && refused.code === 'gone')) throw refused;
-        log.warn('actor_recovery_check_refused', {
-          instanceId,
-          effectId: c.handle.effectId,
-          code: refused.code,
-        });
-      }
-      const checkRequestIds = await withTx(pool, { budgetMs: ACTOR_COMMIT_BUDGET_MS }, async (tx) => {
-        await commitActor(
-          tx,
-          {
-            instanceId,
-            expectedRevision: inst.revision,
-            state,
-            effects: stage.staged,
-            deliveredMessageIds: msg ? [msg.id] : [],
-            wakeAtMs,
-          },
-          config,
-        );
-        for (const w of writes) await w(tx);
-        const ids: string[] = [];
-        for (const h of checks) {
-          const staged = await requestEffectRecovery(tx, instanceId, h).catch((err: unknown) => {
-            // The binding's lifetime ended between the handler's answer and this commit: the
-            // turn is re-run like a fence conflict (not a failed delivery), and its handler then
-            // sees the refusal itself.
-            if (err instanceof AppError && err.code === 'gone')
-              throw new AppError('revision_conflict', 'a recovery binding expired before the commit', {
-                instanceId,
-                effectId: h.effectId,
-              });
-            throw err;
-          });
-          ids.push(staged.requestId);
-        }
-        return ids;
-      });
+      const turn = await runHandler(pool, actor, inst, event, nowMs);
+      const checkRequestIds = await commitTurn(pool, inst, msg, turn, config);
       return {
         handled: true,
         event,
-        effects: stage.staged.map((e) => ({ effectId: e.id, instanceId, kind: e.kind })),
+        effects: turn.stage.staged.map((e) => ({ effectId: e.id, instanceId, kind: e.kind })),
         checkRequestIds,
       };
     } catch (err) {
@@ -174,6 +91,132 @@ export async function drainStep(
       return { handled: true, event, effects: [], checkRequestIds: [], deadLettered: true };
     }
   }
+}
+
+type Instance = NonNullable<Awaited<ReturnType<typeof loadInstance>>>;
+type PendingMessage = Awaited<ReturnType<typeof pendingMessages>>[number];
+
+/** The oldest available message, else a due timer, else nothing to deliver. */
+function nextEvent(msg: PendingMessage | undefined, inst: Instance, nowMs: number): ActorEvent | null {
+  if (msg) return { type: 'message', key: msg.message_key, payload: msg.payload, messageId: msg.id };
+  if (inst.wake_at_ms !== null && Number(inst.wake_at_ms) <= nowMs)
+    return { type: 'timer', atMs: Number(inst.wake_at_ms) };
+  return null;
+}
+
+/** What a handler run leaves for its commit. */
+interface HandledTurn {
+  state: unknown;
+  stage: EffectStage;
+  /** Recovery checks the handler asked for whose binding was live (staged in the commit). */
+  checks: EffectHandle[];
+  writes: ((tx: PoolClient) => Promise<void>)[];
+  wakeAtMs: number | null | undefined;
+}
+
+/**
+ * Runs the actor's handler for `event`, then answers every recovery check it asked for,
+ * awaited or not: a refused one (`gone`) is not staged and is logged once; any other failure
+ * fails the turn.
+ */
+async function runHandler(
+  pool: Pool,
+  actor: ActorType<unknown>,
+  inst: Instance,
+  event: ActorEvent,
+  nowMs: number,
+): Promise<HandledTurn> {
+  const instanceId = inst.id;
+  const stage = new EffectStage(instanceId);
+  const checks: EffectHandle[] = [];
+  const checking: { handle: EffectHandle; answer: Promise<void> }[] = [];
+  const writes: ((tx: PoolClient) => Promise<void>)[] = [];
+  // A timer event consumes the timer unless the handler sets a new one.
+  let wakeAtMs: number | null | undefined = event.type === 'timer' ? null : undefined;
+  const state = await actor.handle(event, inst.state ?? actor.initialState(), {
+    instanceId,
+    actorType: inst.actor_type,
+    actorKey: inst.actor_key,
+    revision: inst.revision,
+    nowMs,
+    emit: (kind, args, opts) => stage.emit(kind, args, opts),
+    setTimer: (at) => {
+      wakeAtMs = at;
+    },
+    // Refused in the handler, where it can catch them: at once for another actor's handle
+    // (`forbidden`), and in the answer it may await for a handle with no live binding
+    // (`gone`: never bound, or past its lifetime). Never in the commit, where a refusal
+    // rolled the whole turn back and counted it as a failed delivery.
+    requestRecovery: (h) => {
+      const handle = ownHandle(instanceId, h);
+      const answer = refuseUnlessBound(pool, instanceId, handle).then(() => {
+        checks.push(handle);
+      });
+      // Handled by design: the drain reads every answer below (a handler may not wait).
+      answer.catch(() => undefined);
+      checking.push({ handle, answer });
+      return answer;
+    },
+    inCommit: (w) => {
+      writes.push(w);
+    },
+    read: (query) => query(pool),
+  });
+  for (const c of checking) {
+    const refused = await c.answer.then(
+      () => null,
+      (err: unknown) => err,
+    );
+    if (refused === null) continue;
+    if (!(refused instanceof AppError && refused.code === 'gone')) throw refused;
+    log.warn('actor_recovery_check_refused', { instanceId, effectId: c.handle.effectId, code: refused.code });
+  }
+  return { state, stage, checks, writes, wakeAtMs };
+}
+
+/**
+ * The turn's one fenced commit: state, staged effects, the delivered message, the timer, the
+ * handler's own writes and its recovery checks. Returns the checks' request ids.
+ */
+async function commitTurn(
+  pool: Pool,
+  inst: Instance,
+  msg: PendingMessage | undefined,
+  turn: HandledTurn,
+  config: EffectRuntimeConfig,
+): Promise<string[]> {
+  const instanceId = inst.id;
+  return withTx(pool, { budgetMs: ACTOR_COMMIT_BUDGET_MS }, async (tx) => {
+    await commitActor(
+      tx,
+      {
+        instanceId,
+        expectedRevision: inst.revision,
+        state: turn.state,
+        effects: turn.stage.staged,
+        deliveredMessageIds: msg ? [msg.id] : [],
+        wakeAtMs: turn.wakeAtMs,
+      },
+      config,
+    );
+    for (const w of turn.writes) await w(tx);
+    const ids: string[] = [];
+    for (const h of turn.checks) {
+      const staged = await requestEffectRecovery(tx, instanceId, h).catch((err: unknown) => {
+        // The binding's lifetime ended between the handler's answer and this commit: the
+        // turn is re-run like a fence conflict (not a failed delivery), and its handler then
+        // sees the refusal itself.
+        if (err instanceof AppError && err.code === 'gone')
+          throw new AppError('revision_conflict', 'a recovery binding expired before the commit', {
+            instanceId,
+            effectId: h.effectId,
+          });
+        throw err;
+      });
+      ids.push(staged.requestId);
+    }
+    return ids;
+  });
 }
 
 /**

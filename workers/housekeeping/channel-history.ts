@@ -1,6 +1,4 @@
-import type { PoolClient } from '@neondatabase/serverless';
-
-type Q = Pick<PoolClient, 'query'>;
+import { deleteBatch, type Q } from './batch';
 
 /**
  * Terminal turns, `period` after they settled (channel_turns_settled). Only a turn with an
@@ -63,11 +61,9 @@ with old as (
 delete from lark_inbound_messages using old where id = old_id`;
 
 export async function pruneTerminalTurns(q: Q, periodMs: number, batch: number): Promise<number> {
-  const { rowCount } = await q.query(PRUNE_TURNS, [periodMs, batch]);
-  return rowCount ?? 0;
+  return deleteBatch(q, PRUNE_TURNS, [periodMs, batch]);
 }
 
 export async function pruneSettledInputs(q: Q, periodMs: number, batch: number): Promise<number> {
-  const { rowCount } = await q.query(PRUNE_INPUTS, [periodMs, batch]);
-  return rowCount ?? 0;
+  return deleteBatch(q, PRUNE_INPUTS, [periodMs, batch]);
 }

@@ -1,6 +1,4 @@
-import type { PoolClient } from '@neondatabase/serverless';
-
-type Q = Pick<PoolClient, 'query'>;
+import { ctidBatchDelete, deleteBatch, type Q } from './batch';
 
 /**
  * The console's history tables (migration 0090) and their retention periods
@@ -19,7 +17,7 @@ export const CONSOLE_RETENTION = {
 
 /**
  * One bounded batch of each table, oldest first through its `at` index, `for update skip
- * locked` so two runs split the work. By ctid (the history rows are never updated), except
+ * locked` so two runs split the work. By ctid (batch.ts: the history rows are never updated), except
  * lark_api_errors, whose row is overwritten by the next failure: by key, and the delete
  * re-checks the age so a failure recorded meanwhile stays.
  */
@@ -31,10 +29,12 @@ old as (select api_base, app_id from lark_api_errors where at < (select t from n
         order by at limit $1 for update skip locked)
 delete from lark_api_errors e using old
 where e.api_base = old.api_base and e.app_id = old.app_id and e.at < (select t from now) - interval '${age}'`;
-  return `with now as materialized (select app_now() as t),
-old as (select ctid as old_ctid from ${table} where at < (select t from now) - interval '${age}'
-        order by at limit $1 for update skip locked)
-delete from ${table} where ctid = any(array(select old_ctid from old))`;
+  return ctidBatchDelete({
+    table,
+    where: `at < (select t from now) - interval '${age}'`,
+    orderBy: 'at',
+    limit: '$1',
+  });
 }
 
 const STATEMENTS = (Object.keys(CONSOLE_RETENTION) as (keyof typeof CONSOLE_RETENTION)[]).map(pruneSql);
@@ -42,6 +42,6 @@ const STATEMENTS = (Object.keys(CONSOLE_RETENTION) as (keyof typeof CONSOLE_RETE
 /** Rows deleted across the four tables (at most `batch` from each). */
 export async function pruneConsoleHistory(q: Q, batch: number): Promise<number> {
   let deleted = 0;
-  for (const sql of STATEMENTS) deleted += (await q.query(sql, [batch])).rowCount ?? 0;
+  for (const sql of STATEMENTS) deleted += await deleteBatch(q, sql, [batch]);
   return deleted;
 }

@@ -1,6 +1,4 @@
-import type { PoolClient } from '@neondatabase/serverless';
-
-type Q = Pick<PoolClient, 'query'>;
+import { deleteBatch, type Q } from './batch';
 
 /**
  * Idle conversations: no input for `idle` (channel_conversations_updated) and nothing left
@@ -43,6 +41,5 @@ with old as (
 delete from channel_conversations using old where id = old_id`;
 
 export async function pruneIdleConversations(q: Q, idleMs: number, batch: number): Promise<number> {
-  const { rowCount } = await q.query(PRUNE_CONVERSATIONS, [idleMs, batch]);
-  return rowCount ?? 0;
+  return deleteBatch(q, PRUNE_CONVERSATIONS, [idleMs, batch]);
 }

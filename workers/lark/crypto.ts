@@ -1,4 +1,4 @@
-import { fromBase64, toBase64 } from '../lib/base64';
+import { fromBase64 } from '../lib/base64';
 import { constantTimeEqual } from '../lib/constant-time';
 
 /**
@@ -89,16 +89,4 @@ export async function decryptEvent(encrypted: string, encryptKey: string): Promi
   } catch {
     throw new DecryptError('encrypted payload does not decrypt with this installation key');
   }
-}
-
-/** Encrypts the way Lark does (random IV); used by tests and the demo, not by the webhook. */
-export async function encryptEvent(plaintext: string, encryptKey: string): Promise<string> {
-  const iv = crypto.getRandomValues(new Uint8Array(16));
-  const ct = new Uint8Array(
-    await crypto.subtle.encrypt({ name: 'AES-CBC', iv }, await cbcKey(encryptKey), enc.encode(plaintext)),
-  );
-  const out = new Uint8Array(16 + ct.length);
-  out.set(iv, 0);
-  out.set(ct, 16);
-  return toBase64(out);
 }

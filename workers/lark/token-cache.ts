@@ -43,7 +43,3 @@ export function storeToken(key: string, token: string, expireSeconds: number, cl
 export function dropToken(key: string, token: string): void {
   if (entries.get(key)?.token === token) entries.delete(key);
 }
-
-export function clearTokenCache(): void {
-  entries.clear();
-}

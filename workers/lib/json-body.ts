@@ -43,14 +43,7 @@ export async function readJsonBody<T extends z.ZodType>(
   const bytes = await c.req.arrayBuffer();
   const raw = opts.optional && bytes.byteLength === 0 ? {} : parseJson(c.req.header('content-type'), bytes);
   assertStorable(raw);
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success)
-    throw new AppError(
-      'validation_failed',
-      'Request validation failed',
-      parsed.error.issues.map((i) => ({ path: i.path, message: i.message })),
-    );
-  return parsed.data;
+  return validInput(schema, raw);
 }
 
 /** 400 `validation_failed` naming where unstorable text is (never the text itself). */
@@ -60,4 +53,19 @@ export function assertStorable(value: unknown): void {
     throw new AppError('validation_failed', 'Request validation failed', [
       { path: at, message: PG_TEXT_MESSAGE },
     ]);
+}
+
+/**
+ * Input against its schema (a body, a path or a query): 400 `validation_failed` naming the
+ * field and the rule, never the value.
+ */
+export function validInput<T extends z.ZodType>(schema: T, raw: unknown): z.output<T> {
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success)
+    throw new AppError(
+      'validation_failed',
+      'Request validation failed',
+      parsed.error.issues.map((i) => ({ path: i.path, message: i.message })),
+    );
+  return parsed.data;
 }

@@ -5,6 +5,7 @@ import { AppError } from '../errors';
 import { readJsonBody } from '../lib/json-body';
 import { pgText } from '../lib/pg-text';
 import { requireAdmin } from '../middleware';
+import { runReactionTx } from './budget';
 import { closeLegacyContract, getLegacyContractStatus } from './contract';
 import {
   setMembers,
@@ -14,13 +15,13 @@ import {
   upsertMessage,
   upsertWorkspace,
 } from './directory';
-import { runReactionTx } from './run';
 
 /**
  * Admin routes the chat platform uses to upsert its directory (workspaces, actors,
  * conversations, members, messages) and end an actor's sessions, mounted at /admin; and the
- * legacy write contract, mounted at /admin/reaction-contract. Each directory route carries
- * requireAdmin() itself, so nothing leaks onto other features' /admin paths.
+ * legacy write contract, mounted at /admin/reaction-contract. Like every admin sub-app, each
+ * applies requireAdmin() to all its paths; the directory does it per resource prefix, so its
+ * guard never covers other features' /admin paths.
  */
 const Id = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
 const Ids = z.array(Id).max(500);
@@ -43,40 +44,57 @@ function id(raw: string): string {
   return parsed.data;
 }
 
-export const directoryAdmin = new Hono<AppEnv>()
-  .put('/workspaces/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(c, B.workspace);
-    await upsertWorkspace(c.var.db(), { id: id(c.req.param('id')), name: b.name });
-    return c.json({ ok: true });
-  })
-  .put('/actors/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(c, B.actor);
-    await upsertActor(c.var.db(), { id: id(c.req.param('id')), ...b });
-    return c.json({ ok: true });
-  })
-  .post('/actors/:id/sign-out', requireAdmin(), async (c) => {
-    const at = await signOutActor(c.var.db(), id(c.req.param('id')));
-    if (!at) throw new AppError('not_found', 'Actor not found');
-    return c.json({ signedOutAt: new Date(at).toISOString() });
-  })
-  .put('/conversations/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(c, B.conversation);
-    await upsertConversation(c.var.db(), { id: id(c.req.param('id')), ...b });
-    return c.json({ ok: true });
-  })
-  .post('/conversations/:id/members', requireAdmin(), async (c) => {
-    const b = await readJsonBody(c, B.members);
-    return c.json(await setMembers(c.var.db(), id(c.req.param('id')), b.add, b.remove));
-  })
-  .put('/messages/:id', requireAdmin(), async (c) => {
-    const b = await readJsonBody(c, B.message);
-    await upsertMessage(c.var.db(), { id: id(c.req.param('id')), ...b });
-    return c.json({ ok: true });
-  });
+/** A directory resource's routes: every one of them takes the admin token. */
+const guarded = () => new Hono<AppEnv>().use('*', requireAdmin());
 
-export const legacyContractAdmin = new Hono<AppEnv>()
-  .get('/', requireAdmin(), async (c) => c.json(await getLegacyContractStatus(c.var.db())))
-  .post('/legacy/close', requireAdmin(), async (c) => {
+export const directoryAdmin = new Hono<AppEnv>()
+  .route(
+    '/workspaces',
+    guarded().put('/:id', async (c) => {
+      const b = await readJsonBody(c, B.workspace);
+      await upsertWorkspace(c.var.db(), { id: id(c.req.param('id')), name: b.name });
+      return c.json({ ok: true });
+    }),
+  )
+  .route(
+    '/actors',
+    guarded()
+      .put('/:id', async (c) => {
+        const b = await readJsonBody(c, B.actor);
+        await upsertActor(c.var.db(), { id: id(c.req.param('id')), ...b });
+        return c.json({ ok: true });
+      })
+      .post('/:id/sign-out', async (c) => {
+        const at = await signOutActor(c.var.db(), id(c.req.param('id')));
+        if (!at) throw new AppError('not_found', 'Actor not found');
+        return c.json({ signedOutAt: new Date(at).toISOString() });
+      }),
+  )
+  .route(
+    '/conversations',
+    guarded()
+      .put('/:id', async (c) => {
+        const b = await readJsonBody(c, B.conversation);
+        await upsertConversation(c.var.db(), { id: id(c.req.param('id')), ...b });
+        return c.json({ ok: true });
+      })
+      .post('/:id/members', async (c) => {
+        const b = await readJsonBody(c, B.members);
+        return c.json(await setMembers(c.var.db(), id(c.req.param('id')), b.add, b.remove));
+      }),
+  )
+  .route(
+    '/messages',
+    guarded().put('/:id', async (c) => {
+      const b = await readJsonBody(c, B.message);
+      await upsertMessage(c.var.db(), { id: id(c.req.param('id')), ...b });
+      return c.json({ ok: true });
+    }),
+  );
+
+export const legacyContractAdmin = guarded()
+  .get('/', async (c) => c.json(await getLegacyContractStatus(c.var.db())))
+  .post('/legacy/close', async (c) => {
     const status = await runReactionTx(c.var.db(), c.var.config, (client) =>
       closeLegacyContract(client, `admin:${c.var.requestId}`),
     );

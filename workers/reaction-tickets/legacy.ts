@@ -3,12 +3,17 @@ import { admitLegacyWrite } from './contract';
 import { admitActor, admitToMessage } from './directory';
 import { lockMessage, lockOperation, lockRetirement } from './locks';
 import { operationStampMs } from './operation-id';
-import type { Caller, RetireResult, WriteResult } from './operations';
-import { retiredError } from './operations';
 import { applyDesired, readReactions } from './reactions';
 import { findFence, findReceipt, insertFence, insertReceipt } from './receipts';
 import { expiredError, findTicketByOperation, sameIntent } from './tickets';
-import { type Intent, type Queryable, toReceipt } from './types';
+import {
+  type Caller,
+  type Intent,
+  type Queryable,
+  type RetireResult,
+  toReceipt,
+  type WriteResult,
+} from './types';
 
 /**
  * The legacy unbounded contract for old clients: desired-state writes and retirements keyed
@@ -19,6 +24,13 @@ import { type Intent, type Queryable, toReceipt } from './types';
 async function refuseTicketed(client: Queryable, actorId: string, operationId: string): Promise<void> {
   if (await findTicketByOperation(client, actorId, operationId))
     throw new AppError('ticket_required', 'This operation has a ticket; send it');
+}
+
+async function retiredError(client: Queryable, operationId: string, messageId: string | null) {
+  return new AppError('operation_retired', 'This operation was retired and can never apply', {
+    operationId,
+    message: messageId ? await readReactions(client, messageId) : null,
+  });
 }
 
 /**

@@ -1,17 +1,18 @@
-import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute, OpenAPIHono, type z } from '@hono/zod-openapi';
+import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { type ActorEnv, requireActor } from '../auth/actor-jwt';
 import { AppError } from '../errors';
 import { limitBody } from '../lib/body-limit';
 import { assertStorable } from '../lib/json-body';
 import { enforceRateLimit } from '../rate-limit';
+import { reactionBudget, runReactionTx } from './budget';
 import { admitToMessage } from './directory';
 import { applyLegacy, retireLegacy } from './legacy';
 import { lockMessage } from './locks';
-import { applyWithTicket, retireWithTicket } from './operations';
 import { chargeIssuance } from './quota';
 import { readReactions, toggleReaction } from './reactions';
-import { reactionBudget, runReactionTx } from './run';
 import * as S from './schemas';
+import { applyWithTicket, retireWithTicket } from './ticket-call';
 import { signTicket, ticketKeyVersion, verifyTicket } from './ticket-token';
 import { findTicketByOperation, issueTicket } from './tickets';
 
@@ -57,6 +58,49 @@ async function ticketIdOf(keys: Record<string, string>, token: string): Promise<
   const id = await verifyTicket(keys, token);
   if (!id) throw new AppError('ticket_invalid', 'The ticket is not valid for this actor and operation');
   return id;
+}
+
+/** PUT and retire: an operation ID in the path, a JSON body, the ticketed call's answers. */
+function operationRoute<
+  M extends 'put' | 'post',
+  P extends string,
+  B extends z.ZodType,
+  R extends { description: string; content: { 'application/json': { schema: z.ZodType } } },
+>(route: { method: M; path: P; summary: string; body: B; result: R }) {
+  return createRoute({
+    method: route.method,
+    path: route.path,
+    summary: route.summary,
+    security,
+    request: {
+      params: S.OperationParams,
+      body: { required: true, content: { 'application/json': { schema: route.body } } },
+    },
+    responses: {
+      200: route.result,
+      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, ...S.TICKETED_CALL_ERRORS),
+    },
+  });
+}
+
+type OperationConfig = Parameters<typeof runReactionTx>[1] & { SECRET_KEYS: Record<string, string> };
+
+/**
+ * The one fork of PUT and retire: without a ticket, the legacy contract's path in a reaction
+ * transaction; with one, the ticketed call, one statement in its own transaction
+ * (ticket-call.ts), so no runReactionTx around it.
+ */
+async function byTicketOrLegacy<L, T>(
+  db: () => Pool,
+  config: OperationConfig,
+  ticket: string | undefined,
+  legacy: (client: PoolClient) => Promise<L>,
+  ticketed: (pool: Pool, budget: ReturnType<typeof reactionBudget>, ticketId: string) => Promise<T>,
+): Promise<L | T> {
+  if (ticket === undefined) return runReactionTx(db(), config, legacy);
+  // Verified before the request's pool is asked for: a forged ticket costs no database work.
+  const ticketId = await ticketIdOf(config.SECRET_KEYS, ticket);
+  return ticketed(db(), reactionBudget(config), ticketId);
 }
 
 reactionApi.openapi(
@@ -117,19 +161,12 @@ reactionApi.openapi(
 );
 
 reactionApi.openapi(
-  createRoute({
+  operationRoute({
     method: 'put',
     path: '/reaction-operations/{operationId}',
     summary: 'Apply the desired state of a ticketed operation (replays return the same receipt)',
-    security,
-    request: {
-      params: S.OperationParams,
-      body: { required: true, content: { 'application/json': { schema: S.WriteRequest } } },
-    },
-    responses: {
-      200: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
-      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, ...S.TICKETED_CALL_ERRORS),
-    },
+    body: S.WriteRequest,
+    result: json(S.WriteResult, 'Applied, or the receipt of an earlier application'),
   }),
   async (c) => {
     const { operationId } = c.req.valid('param');
@@ -137,54 +174,37 @@ reactionApi.openapi(
     const caller = c.var.actor;
     const config = c.var.config;
     const intent = { messageId: body.messageId, emoji: body.emoji, desired: body.desired };
-    if (body.ticket === undefined) {
-      const result = await runReactionTx(c.var.db(), config, (client) =>
-        applyLegacy(client, caller, operationId, intent, config.REACTION_TICKET_TTL_SECONDS),
-      );
-      return c.json(result, 200);
-    }
-    const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    // One statement, its own transaction (ticket-call.ts): no runReactionTx around it.
-    const result = await applyWithTicket(
-      c.var.db(),
-      reactionBudget(config),
-      caller,
-      operationId,
-      ticketId,
-      intent,
+    const result = await byTicketOrLegacy(
+      c.var.db,
+      config,
+      body.ticket,
+      (client) => applyLegacy(client, caller, operationId, intent, config.REACTION_TICKET_TTL_SECONDS),
+      (pool, budget, ticketId) => applyWithTicket(pool, budget, caller, operationId, ticketId, intent),
     );
     return c.json(result, 200);
   },
 );
 
 reactionApi.openapi(
-  createRoute({
+  operationRoute({
     method: 'post',
     path: '/reaction-operations/{operationId}/retire',
     summary: 'Retire an unapplied operation: a fence so a delayed write of it can never apply',
-    security,
-    request: {
-      params: S.OperationParams,
-      body: { required: true, content: { 'application/json': { schema: S.RetireRequest } } },
-    },
-    responses: {
-      200: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
-      ...S.errors(...S.COMMON_ERRORS, ...S.BODY_ERRORS, ...S.TICKETED_CALL_ERRORS),
-    },
+    body: S.RetireRequest,
+    result: json(S.RetireResult, 'Retired, or the receipt if it had already applied'),
   }),
   async (c) => {
     const { operationId } = c.req.valid('param');
     const body = c.req.valid('json');
     const caller = c.var.actor;
     const config = c.var.config;
-    if (body.ticket === undefined) {
-      const result = await runReactionTx(c.var.db(), config, (client) =>
-        retireLegacy(client, caller, operationId),
-      );
-      return c.json(result, 200);
-    }
-    const ticketId = await ticketIdOf(config.SECRET_KEYS, body.ticket);
-    const result = await retireWithTicket(c.var.db(), reactionBudget(config), caller, operationId, ticketId);
+    const result = await byTicketOrLegacy(
+      c.var.db,
+      config,
+      body.ticket,
+      (client) => retireLegacy(client, caller, operationId),
+      (pool, budget, ticketId) => retireWithTicket(pool, budget, caller, operationId, ticketId),
+    );
     return c.json(result, 200);
   },
 );

@@ -1,18 +1,20 @@
 import { sqlState, withStatement } from '../db/tx';
 import { AppError, type ErrorCode } from '../errors';
+import { busyError } from './budget';
 import { CONTRACT_ANSWERS, CONTRACT_ERROR } from './contract-answers';
 import { operationStampMs } from './operation-id';
-import type { Caller } from './operations';
 import { groupReactions } from './reactions';
-import { busyError } from './run';
 import { expiredAnswer } from './tickets';
 import {
+  type Caller,
   type Intent,
   type MessageReactions,
   type Queryable,
   type Receipt,
   type ReceiptRow,
+  type RetireResult,
   toReceipt,
+  type WriteResult,
 } from './types';
 
 /**
@@ -128,4 +130,34 @@ export async function ticketCall(
     retiredAt: r.retired_at && iso(r.retired_at),
     message: message(r.message),
   };
+}
+
+/** The ticketed write: applies the intent bound to the ticket (a replay returns its receipt). */
+export async function applyWithTicket(
+  db: Queryable,
+  budget: TicketCallBudget,
+  caller: Caller,
+  operationId: string,
+  ticketId: string,
+  intent: Intent,
+): Promise<WriteResult> {
+  const out = await ticketCall(db, budget, { caller, operationId, ticketId, intent });
+  return { receipt: out.receipt!, replayed: out.replayed!, message: out.message! };
+}
+
+/**
+ * Retires an unapplied operation: a fence that makes every later write of it fail. An
+ * operation that already applied cannot be retired; the answer is its receipt.
+ */
+export async function retireWithTicket(
+  db: Queryable,
+  budget: TicketCallBudget,
+  caller: Caller,
+  operationId: string,
+  ticketId: string,
+): Promise<RetireResult> {
+  const out = await ticketCall(db, budget, { caller, operationId, ticketId, intent: null });
+  if (out.status === 'applied')
+    return { status: 'applied', operationId, receipt: out.receipt!, message: out.message };
+  return { status: 'retired', operationId, retiredAt: out.retiredAt!, message: out.message };
 }

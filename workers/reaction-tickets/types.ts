@@ -90,3 +90,20 @@ export function normalizeEmoji(raw: string): string {
     .replace(/[\uFE0E\uFE0F]/g, '')
     .trim();
 }
+
+/** The authenticated caller of a write or retirement. */
+export interface Caller {
+  actorId: string;
+  /** JWT `iat` in seconds, checked against the actor's last sign-out. */
+  issuedAt?: number;
+}
+
+export interface WriteResult {
+  receipt: Receipt;
+  replayed: boolean;
+  message: MessageReactions;
+}
+
+export type RetireResult =
+  | { status: 'retired'; operationId: string; retiredAt: string; message: MessageReactions | null }
+  | { status: 'applied'; operationId: string; receipt: Receipt; message: MessageReactions | null };

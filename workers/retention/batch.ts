@@ -1,7 +1,7 @@
 import type { PoolClient } from '@neondatabase/serverless';
 import { metric } from '../metrics';
 import {
-  ELIGIBLE,
+  eligible,
   NOW,
   type RetentionCursor,
   type RetentionLimits,
@@ -36,7 +36,7 @@ function deleteSql(table: RetentionTable): string {
   const name = TABLE_NAME[table];
   return `with ${NOW}, picked as (
     select actor_id, operation_id, created_at from ${name}
-    where ${ELIGIBLE}
+    where ${eligible({ retentionMs: '$1', drainGraceMs: '$2' })}
       and (created_at, actor_id, operation_id) > ($3::timestamptz, $4::text, $5::text)
     order by created_at, actor_id, operation_id
     limit $6

@@ -47,7 +47,7 @@ export function retentionMs(limits: RetentionLimits, table: RetentionTable): num
 }
 
 /**
- * Database time, read once per statement: every statement using ELIGIBLE starts with
+ * Database time, read once per statement: every statement using `eligible` starts with
  * `with ${NOW}`. app_now() is volatile, so compared per row it is a filter that no index can
  * bound: a scan with nothing eligible walked the whole index (issue 15). As an InitPlan
  * parameter the cutoff is the scan's `Index Cond`, and the scan stops at the first row that
@@ -57,15 +57,19 @@ export function retentionMs(limits: RetentionLimits, table: RetentionTable): num
 export const NOW = 'now as materialized (select app_now() as t)';
 
 /**
- * The eligibility predicate; `$1` is the retention in ms, `$2` the drain grace in ms. The
- * first line is the index range bound; the legacy sub-select is uncorrelated (runs once).
+ * The eligibility predicate over the statement's own parameters: `retentionMs` names the
+ * retention in ms (for example `$1`), `drainGraceMs` the drain grace in ms. The first line is
+ * the index range bound; the legacy sub-select is uncorrelated (runs once).
  */
-export const ELIGIBLE = `created_at < (select t from now) - $1::bigint * interval '1 millisecond'
-  and (ticket_expires_at < (select t from now) - $2::bigint * interval '1 millisecond'
+export function eligible(params: { retentionMs: string; drainGraceMs: string }): string {
+  const { retentionMs, drainGraceMs } = params;
+  return `created_at < (select t from now) - ${retentionMs}::bigint * interval '1 millisecond'
+  and (ticket_expires_at < (select t from now) - ${drainGraceMs}::bigint * interval '1 millisecond'
     or (contract = 'legacy' and exists (
       select 1 from private.write_contract_state s
       where s.contract = 'legacy_desired_state'
-        and s.drained_at < (select t from now) - $2::bigint * interval '1 millisecond')))`;
+        and s.drained_at < (select t from now) - ${drainGraceMs}::bigint * interval '1 millisecond')))`;
+}
 
 /** The position of a sweep: a table and the last stable key done in it (null: its start). */
 export interface RetentionCursor {

@@ -1,6 +1,6 @@
 import type { PoolClient } from '@neondatabase/serverless';
 import { getLegacyContractStatus, type LegacyContractStatus } from '../reaction-tickets/contract';
-import { ELIGIBLE, NOW, type RetentionLimits } from './eligibility';
+import { eligible, NOW, type RetentionLimits } from './eligibility';
 
 export interface Probe {
   contract: LegacyContractStatus;
@@ -26,6 +26,7 @@ export interface Probe {
  * any other role it is null, as for a session in no transaction. So the check counts the
  * sessions it cannot see and fails closed on any (issue 29 hole 10): the cleanup's own role
  * (migration 0138) is granted pg_read_all_stats for exactly this.
+ * Parameters: $1 the receipts' retention, $2 the drain grace, $3 the fences' retention (ms).
  */
 export const PROBE_SQL = `with ${NOW} select
     (select coalesce(max(extract(epoch from clock_timestamp() - xact_start) * 1000), 0)::bigint
@@ -37,9 +38,9 @@ export const PROBE_SQL = `with ${NOW} select
         and not pg_has_role('pg_read_all_stats', 'usage') and not pg_has_role(usesysid, 'usage'))::int
       as unseen_sessions,
     extract(epoch from (select t from now) - least(
-      (select created_at from private.chat_reaction_operations where ${ELIGIBLE}
+      (select created_at from private.chat_reaction_operations where ${eligible({ retentionMs: '$1', drainGraceMs: '$2' })}
         order by created_at, actor_id, operation_id limit 1),
-      (select created_at from private.chat_retired_reaction_operations where ${ELIGIBLE.replaceAll('$1', '$3')}
+      (select created_at from private.chat_retired_reaction_operations where ${eligible({ retentionMs: '$3', drainGraceMs: '$2' })}
         order by created_at, actor_id, operation_id limit 1))) * 1000 as oldest_eligible_ms`;
 
 /** One read-only look before a run: prerequisites, drain verification, anything to do. */

@@ -8,15 +8,8 @@ import { adminBearerToken } from '../lib/bearer';
 import { constantTimeEqual } from '../lib/constant-time';
 import { readJsonBody } from '../lib/json-body';
 import type { Actor } from './control';
+import { retentionOwner } from './owner';
 import type { StopResult } from './types';
-
-/**
- * The retention cleanup Worker (retention.wrangler.toml) through the RETENTION service
- * binding: its RPC methods hand over to its one RetentionCleanup object.
- */
-export function retentionOwner(env: Env) {
-  return env.RETENTION;
-}
 
 type Credential = Actor['credential'];
 

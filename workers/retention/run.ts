@@ -77,7 +77,7 @@ function nextTable(done: BatchResult): RetentionCursor | null {
   return next ? { table: next, ...START_KEY } : null;
 }
 
-export async function runRetention(opts: RunOptions): Promise<RunReport> {
+export async function runTicketRetention(opts: RunOptions): Promise<RunReport> {
   const { pool, limits, deadline, hooks } = opts;
   const report: RunReport = {
     outcome: 'empty',

@@ -57,27 +57,71 @@ export async function addTypingBadge(
 ): Promise<AddOutcome> {
   if (reg.kind !== 'registered') return 'skipped';
   const inst = reg.installation;
-  const client = ledgerClient(
-    pool,
-    { baseUrl: inst.apiBase, appId: inst.appId, appSecret: inst.appSecret },
-    opts.fetch,
-  );
   // Every write of this path is bounded: a locked row or a slow database fails it fast.
   const recordBudgetMs = opts.recordBudgetMs ?? RECORD_BUDGET_MS;
-  const write = <T>(fn: (tx: PoolClient) => Promise<T>) =>
-    withTx(pool, { budgetMs: recordBudgetMs, maxAttempts: 1 }, fn);
-  let reactionId: string;
+  const add: AddRun = {
+    pool,
+    reg,
+    recordBudgetMs,
+    client: ledgerClient(
+      pool,
+      { baseUrl: inst.apiBase, appId: inst.appId, appSecret: inst.appSecret },
+      opts.fetch,
+    ),
+    write: (fn) => withTx(pool, { budgetMs: recordBudgetMs, maxAttempts: 1 }, fn),
+  };
+  const sent = await sendAdd(add, opts);
+  if ('outcome' in sent) return sent.outcome;
+  const { reactionId } = sent;
+  let rec: Awaited<ReturnType<typeof recordAdded>>;
   try {
-    const r = await client.createReaction(reg.messageId, TYPING_EMOJI, {
+    rec = await add.write((tx) => recordAdded(tx, reg.id, reactionId));
+  } catch (err) {
+    log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'added', error: err });
+    await withdrawUnrecorded(add, reactionId);
+    return 'record_failed';
+  }
+  const ended = !rec || rec.ended || !(await stillLive(pool, reg, opts));
+  if (!ended) return 'added';
+  await withdrawEnded(add, reactionId, rec);
+  return 'withdrawn_after_add';
+}
+
+/** One Add's shared parts: its row, its client (the credentials in hand), its bounded writes. */
+interface AddRun {
+  pool: Pool;
+  reg: Extract<Registration, { kind: 'registered' }>;
+  recordBudgetMs: number;
+  client: ReturnType<typeof ledgerClient>;
+  write: <T>(fn: (tx: PoolClient) => Promise<T>) => Promise<T>;
+}
+
+/**
+ * Sends `Typing` within its budget: the new reaction's id, or the outcome of a failed Add
+ * (recorded, and warned; anything but a Lark error is thrown after it is recorded).
+ */
+async function sendAdd(
+  add: AddRun,
+  opts: AddOptions,
+): Promise<{ reactionId: string } | { outcome: 'not_added' | 'uncertain' }> {
+  const { reg } = add;
+  try {
+    const r = await add.client.createReaction(reg.messageId, TYPING_EMOJI, {
       deadline: new Deadline(opts.addBudgetMs ?? ADD_BUDGET_MS),
     });
-    reactionId = r.reaction_id;
+    return { reactionId: r.reaction_id };
   } catch (err) {
     const e = err instanceof LarkApiError ? err : undefined;
     const refused = e !== undefined && provesNothingApplied(e);
     const state = refused ? 'not_added' : 'uncertain';
     const why = refused ? (e.notSent ? 'not_sent' : 'refused') : 'uncertain';
-    await recordFailure(pool, reg.id, state, `${why}:${e?.code || e?.httpStatus || 0}`, recordBudgetMs);
+    await recordFailure(
+      add.pool,
+      reg.id,
+      state,
+      `${why}:${e?.code || e?.httpStatus || 0}`,
+      add.recordBudgetMs,
+    );
     if (!e) throw err;
     log.warn('typing_add_failed', {
       rowId: reg.id,
@@ -87,48 +131,58 @@ export async function addTypingBadge(
       notSent: e.notSent,
       outcome: state,
     });
-    return state;
+    return { outcome: state };
   }
-  let rec: Awaited<ReturnType<typeof recordAdded>>;
-  try {
-    rec = await write((tx) => recordAdded(tx, reg.id, reactionId));
-  } catch (err) {
-    // The badge exists but its id is not recorded. Nothing would resolve it soon: the row is
-    // pending with no next attempt, so the retry pass does not claim it until its turn
-    // settles or its two-minute taskless expiry, and even then an empty sweep cannot
-    // acknowledge a pending Add. So it is withdrawn now, with the credentials in hand.
-    log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'added', error: err });
-    const gone = await withdrawNow(client, reg, reactionId);
-    if (gone.kind === 'gone')
-      await write((tx) => recordCleaned(tx, reg.id)).catch((dbErr: unknown) =>
+}
+
+/**
+ * The badge exists but its id is not recorded. Nothing would resolve it soon: the row is
+ * pending with no next attempt, so the retry pass does not claim it until its turn settles or
+ * its two-minute taskless expiry, and even then an empty sweep cannot acknowledge a pending
+ * Add. So it is withdrawn now, with the credentials in hand.
+ */
+async function withdrawUnrecorded(add: AddRun, reactionId: string): Promise<void> {
+  const { reg } = add;
+  const gone = await withdrawNow(add.client, reg, reactionId);
+  if (gone.kind === 'gone')
+    await add
+      .write((tx) => recordCleaned(tx, reg.id))
+      .catch((dbErr: unknown) =>
         // Still unrecorded: the row waits for its settlement or taskless expiry and then
         // its seven-day deadline (an empty sweep never acknowledges a pending Add); the
         // badge itself is gone.
         log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'cleaned', error: dbErr }),
       );
-    else
-      await write((tx) =>
+  else
+    await add
+      .write((tx) =>
         scheduleWithdrawal(tx, reg.id, reactionId, waitOf(gone), withdrawError(gone), refusedOf(gone)),
-      ).catch((dbErr: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: dbErr }));
-    return 'record_failed';
-  }
-  const ended = !rec || rec.ended || !(await stillLive(pool, reg, opts));
-  if (!ended) return 'added';
-  // Withdraw at once with the credentials in hand (the row's snapshot may already be erased).
-  const gone = await withdrawNow(client, reg, reactionId);
+      )
+      .catch((dbErr: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: dbErr }));
+}
+
+/** The input ended (or its check failed): withdraw at once (the row's snapshot may be erased). */
+async function withdrawEnded(
+  add: AddRun,
+  reactionId: string,
+  rec: Awaited<ReturnType<typeof recordAdded>>,
+): Promise<void> {
+  const { reg } = add;
+  const gone = await withdrawNow(add.client, reg, reactionId);
   if (gone.kind === 'gone' && rec && !rec.terminal)
     // If this write fails the row stays uncleaned: once due (settled rows already are,
     // others at settlement or taskless expiry) the retry pass finds the reaction gone.
-    await write((tx) => recordCleaned(tx, reg.id)).catch((err: unknown) =>
-      log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'cleaned', error: err }),
-    );
+    await add
+      .write((tx) => recordCleaned(tx, reg.id))
+      .catch((err: unknown) =>
+        log.warn('typing_add_record_failed', { rowId: reg.id, stage: 'cleaned', error: err }),
+      );
   // A terminal row has no snapshot and no retries left; a live one is due for the retry
   // pass now, settled or not, not before Lark's reset.
   if (gone.kind !== 'gone' && rec && !rec.terminal)
-    await write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone), refusedOf(gone))).catch(
-      (err: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }),
-    );
-  return 'withdrawn_after_add';
+    await add
+      .write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone), refusedOf(gone)))
+      .catch((err: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }));
 }
 
 /**

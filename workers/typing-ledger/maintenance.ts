@@ -30,3 +30,8 @@ export async function runTypingMaintenance(
     await pool.end();
   }
 }
+
+/** The one TypingMaintenance object the minute cron, the admin routes and the console talk to. */
+export function typingMaintenance(env: Env) {
+  return env.TYPING_MAINTENANCE.get(env.TYPING_MAINTENANCE.idFromName('singleton'));
+}

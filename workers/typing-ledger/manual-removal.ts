@@ -1,4 +1,5 @@
 import type { Pool } from '@neondatabase/serverless';
+import { z } from 'zod';
 import { Deadline } from '../clock';
 import type { KeyRing } from '../crypto/sealed';
 import { withTx } from '../db/tx';
@@ -6,6 +7,22 @@ import { currentClient, snapshotClient } from './credentials';
 import { deleteExact, type RemoteOutcome, sweepOurTyping } from './remote';
 import { recordCleaned } from './store';
 import { WITHDRAW_BUDGET_MS } from './types';
+
+export const RowId = z.string().regex(/^[A-Za-z0-9_-]{1,100}$/, 'a ledger row id');
+
+/** The answer to each refusal of `removeManually`, for the admin route and the console. */
+export const REFUSED = {
+  unknown_row: ['not_found', 'No such typing-reaction row'],
+  cleaned: ['typing_row_cleaned', 'The badge was already confirmed gone'],
+  active: [
+    'typing_row_active',
+    'The row is pending inside its lifetime: its turn and the maintenance passes own it',
+  ],
+  no_credentials: [
+    'typing_no_credentials',
+    'The installation is gone (or names another app) and no snapshot is left: remove the badge in Lark',
+  ],
+} as const;
 
 export type ManualOutcome = 'removed' | 'already_gone' | 'none_found' | 'retryable' | 'permanent';
 

@@ -2,7 +2,8 @@ import * as lark from '@larksuiteoapi/node-sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildDelivery, larkEncrypt } from '../../../emulator/events';
 import { type LarkEmulator, startLarkEmulator } from '../../../emulator/server';
-import { decryptEvent, encryptEvent, signatureMatches } from '../../../workers/lark/crypto';
+import { decryptEvent, signatureMatches } from '../../../workers/lark/crypto';
+import { encryptEvent } from '../../helpers/lark-crypto';
 
 // Oracle: @larksuiteoapi/node-sdk 1.74.0, Lark's own Node SDK, checks our crypto from outside.
 describe('Lark crypto against the official node-sdk', () => {

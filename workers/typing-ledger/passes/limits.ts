@@ -38,8 +38,3 @@ export interface PassScope {
 }
 
 export const scopeParam = (scope?: PassScope) => scope?.workspaceIds ?? null;
-
-/** Backoff the claim statement applies after `claims` claims (1-based), in ms. */
-export function backoffAfterClaim(claims: number): number {
-  return Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** Math.max(0, claims - 1));
-}

@@ -3,6 +3,12 @@ import { sqlState, withTx } from '../db/tx';
 import type { Config } from '../env';
 import { AppError } from '../errors';
 
+/*
+ * The reaction calls' budgets (REACTION_TX_BUDGET_MS, REACTION_LOCK_TIMEOUT_MS): for a
+ * transaction (`runReactionTx`), for the one-statement ticketed call (`reactionBudget`), and
+ * the one answer when either runs out (`busyError`).
+ */
+
 /**
  * A lock_timeout (55P03) or statement budget (57014) on a reaction call: the message is busy.
  * 503, nothing written (the transaction rolled back), safe to replay the same operation.
