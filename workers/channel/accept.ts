@@ -50,7 +50,10 @@ const DECIDE = `${SETTINGS_ROW.sql}, decision as (
            else false
          end as badge,
          -- A paused installation records and acknowledges its inputs, but badges none (pause.ts).
-         st.paused = 'on' as paused
+         st.paused = 'on' as paused,
+         -- Recalled before it arrived (recall.ts): recorded, never answered, never badged.
+         exists (select 1 from channel_recalled_messages r
+                  where r.installation_id = $1 and r.message_id = $8) as recalled
     from settings st
 )`;
 
@@ -93,7 +96,8 @@ with receipt as (
           sender_open_id, message_type, content, received_at_ms,
           session_id, position, context_revision, message_created_at_ms, unanswered)
   select $1, $2, $8, $6, $7, $9, $10, $11, $12, $13, $14, $3, conv.position, conv.context_revision, $15,
-         case when decision.answer then null else 'not_mentioned' end
+         case when decision.recalled then 'recalled'
+              when decision.answer then null else 'not_mentioned' end
     from conv, decision
   on conflict (installation_id, message_id) do nothing
   returning position, context_revision, unanswered
@@ -135,7 +139,7 @@ interface AcceptRow extends RegisterResultRow {
   accepted: boolean;
   position: string | null;
   context_revision: string | null;
-  unanswered: 'not_mentioned' | null;
+  unanswered: 'not_mentioned' | 'recalled' | null;
   badge: boolean;
   paused: boolean;
 }
@@ -147,7 +151,7 @@ interface AcceptRow extends RegisterResultRow {
  */
 export type AcceptOutcome =
   | { kind: 'duplicate' }
-  | { kind: 'unanswered'; reason: 'not_mentioned' }
+  | { kind: 'unanswered'; reason: 'not_mentioned' | 'recalled' }
   | { kind: 'recorded'; recorded: RecordedInput };
 
 /**

@@ -16,7 +16,8 @@ import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
 import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
 import { findCard } from './reply-cards';
-import { held, notDelivered } from './reply-results';
+import { claimReplyPost } from './reply-claim';
+import { held, notDelivered, recalled } from './reply-results';
 import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
 /** Lark's part of a reply run (token + post, with one token refresh) gets this much. */
@@ -81,10 +82,17 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       // reset with the turn's delivery key, so that run meets the deadline check above.
       const heldMs = await gate((g) => g.heldForMs('reply'));
       if (heldMs > 0) return held(args, heldMs);
+      // Every input recalled already (and no earlier generation claimed the post): the agent
+      // is not asked. The decision that counts is the claim right before the post, below.
+      const claim = (claimIt: boolean) =>
+        onPool(config, ctx?.pool, (pool) => claimReplyPost(pool, args, { claim: claimIt }));
+      if ((await claim(false)) === 'recalled') return recalled(args);
       const ask = agentAsker(config, deps, args, signal);
       const lark = replyClient(deps, config, installation, gate, ctx);
       let text: string | null = null;
       if (replyMode === 'card_stream') {
+        // A card is posted as the agent starts answering (card-reply.ts): the claim comes first.
+        if ((await claim(true)) === 'recalled') return recalled(args);
         const result = await cardReply({
           args,
           lark,
@@ -108,6 +116,8 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
       }
       text ??= (await ask()).text;
+      // The post decision, under the turn row's lock against a racing recall (reply-claim.ts).
+      if ((await claim(true)) === 'recalled') return recalled(args);
       return postText(lark, args, text, deliveryUuid(args, effect.id), signal);
     },
   };
