@@ -1,14 +1,20 @@
-import { createExecutionContext, runDurableObjectAlarm, waitOnExecutionContext } from 'cloudflare:test';
+import {
+  abortAllDurableObjects,
+  createExecutionContext,
+  runDurableObjectAlarm,
+  waitOnExecutionContext,
+} from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type Agent, setAgentOverride } from '../../workers/agents';
+import { REPLY_DELETE_KIND } from '../../workers/channel/reply-deletion';
 import { registerProcess } from '../../workers/effects/processes';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance, runClaimedEffects } from '../../workers/effects/runner';
 import { effectConfig } from '../../workers/effects/types';
 import worker from '../../workers/index';
 import { advanceDbClock, blockedBehindAll } from '../helpers/db';
-import { buildEvent, emu, type TestApp } from '../lark/helpers';
+import { buildEvent, emu, releaseHeld, type TestApp, untilHeld } from '../lark/helpers';
 import {
   type Chat,
   engineSuite,
@@ -209,6 +215,40 @@ describe('recalled messages (issue 33 item 2)', { timeout: 40_000 }, () => {
         200,
       ]);
       expect(await deletions(chat)).toEqual([{ turn_no: 1, outcome: 'deleted', attempts: 1 }]);
+    } finally {
+      await setSettings(suite.app, { recall_reply: 'off' });
+    }
+  });
+
+  it('recall_reply on, the host dies mid-delete (Lark applies it, nobody hears the answer): recovered, deleted once', async () => {
+    await setSettings(suite.app, { recall_reply: 'on' });
+    try {
+      const chat = newChat(suite.app);
+      const anchor = await badgedMessage(chat, 'crash while deleting');
+      await fireDebounce(pool, chat);
+      const turn = await untilSettled(pool, chat, 1);
+      const replyId = turn.reply_message_id!;
+      // The delete reaches Lark and waits there unanswered while every object restarts.
+      await emu('faults', { route: 'messages.delete', kind: 'hold' });
+      const r = await recall(suite.app, { message_id: anchor });
+      const answered = r.afterAnswer.catch((err: unknown) => err);
+      await untilHeld('messages.delete');
+      await abortAllDurableObjects();
+      await answered;
+      // Lark applies it after all; nobody is left to hear the answer.
+      expect(await releaseHeld()).toEqual({ released: 1 });
+      expect(await deletions(chat)).toEqual([{ turn_no: 1, outcome: null, attempts: 1 }]);
+
+      // The restarted host takes the delete over: Lark says the message is gone already.
+      await drainHost(chat, 4);
+      const calls = await callsAbout('messages.delete', replyId);
+      expect(calls.map((c) => c.status)).toEqual([200, 400]);
+      expect(await deletions(chat)).toEqual([{ turn_no: 1, outcome: 'already_gone', attempts: 2 }]);
+      const { rows } = await pool.query<{ status: string }>(
+        'select status from effects where origin_instance_id = $1 and kind = $2',
+        [chat.sessionId, REPLY_DELETE_KIND],
+      );
+      expect(rows).toEqual([{ status: 'completed' }]);
     } finally {
       await setSettings(suite.app, { recall_reply: 'off' });
     }

@@ -40,6 +40,13 @@ const WEBHOOK_CONNECT_RETRY_MS = 1200;
 export const WEBHOOK_MAX_BODY_BYTES = 256 * 1024;
 
 /**
+ * The events the service handles: the Lark app's event subscription should list exactly these
+ * (docs/operations.md "Recalled messages", docs/lark.md "Webhook"). Anything else is
+ * acknowledged and ignored.
+ */
+export const SUBSCRIBED_EVENT_TYPES = ['im.message.receive_v1', 'im.message.recalled_v1'] as const;
+
+/**
  * POST /lark/events/:installationId: Lark's event webhook. Verifies (workers/lark/verify.ts),
  * then for a user's im.message.receive_v1 inserts the event_id receipt, records the input,
  * enqueues it on its conversation and registers its typing badge in ONE autocommit
