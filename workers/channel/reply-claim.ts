@@ -12,6 +12,19 @@ select count(*)::int as unrecalled
  where not exists (select 1 from channel_recalled_messages r
                     where r.installation_id = $1 and r.message_id = m.message_id)`;
 
+/** The turn's inputs that are recalled by now (their Lark message ids): the agent is not shown them. */
+export async function recalledInputs(
+  q: Pick<Pool, 'query'>,
+  args: Pick<ReplyArgs, 'session' | 'inputs'>,
+): Promise<Set<string>> {
+  const { rows } = await q.query<{ message_id: string }>(
+    `select message_id from channel_recalled_messages
+      where installation_id = $1 and message_id = any($2::text[])`,
+    [args.session.installationId, args.inputs.map((i) => i.messageId)],
+  );
+  return new Set(rows.map((r) => r.message_id));
+}
+
 /** A read with no lock (the agent is not asked for a turn whose inputs are all recalled already). */
 export async function everyInputRecalled(
   q: Pick<Pool, 'query'>,

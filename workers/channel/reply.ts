@@ -16,7 +16,7 @@ import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
 import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
 import { findCard } from './reply-cards';
-import { claimReplyPost } from './reply-claim';
+import { claimReplyPost, recalledInputs } from './reply-claim';
 import { held, notDelivered, recalled } from './reply-results';
 import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
@@ -87,7 +87,11 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       const claim = (claimIt: boolean) =>
         onPool(config, ctx?.pool, (pool) => claimReplyPost(pool, args, { claim: claimIt }));
       if ((await claim(false)) === 'recalled') return recalled(args);
-      const ask = agentAsker(config, deps, args, signal);
+      // A recalled input is not shown to the agent (its user took it back); the others are.
+      const gone = await onPool(config, ctx?.pool, (pool) => recalledInputs(pool, args));
+      const shown =
+        gone.size === 0 ? args : { ...args, inputs: args.inputs.filter((i) => !gone.has(i.messageId)) };
+      const ask = agentAsker(config, deps, shown, signal);
       const lark = replyClient(deps, config, installation, gate, ctx);
       let text: string | null = null;
       if (replyMode === 'card_stream') {
