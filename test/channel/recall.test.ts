@@ -144,6 +144,60 @@ describe('recalled messages (issue 33 item 2)', { timeout: 40_000 }, () => {
     await setSettings(suite.app, { failure_notice: 'none' });
   });
 
+  it('a recall while Lark holds the Add: the badge the Add then places comes off at once (its revalidation)', async () => {
+    const chat = newChat(suite.app);
+    await emu('faults', { route: 'reactions.create', kind: 'hold' });
+    const sent = await sayAwaitable(chat, 'recalled mid-add');
+    await untilHeld('reactions.create');
+    // The recall settles the row while its Add is in flight: the withdrawal is left to the Add.
+    // (`withdraw: false`: the message stays live at the emulator, so the held Add lands.)
+    const r = await recall(suite.app, { message_id: sent.messageId, withdraw: false });
+    await r.afterAnswer;
+    expect(await callsAbout('reactions.delete', sent.messageId)).toEqual([]);
+    expect(await releaseHeld()).toEqual({ released: 1 });
+    await sent.afterAnswer;
+    expect(await typingOn(sent.messageId)).toBe(0);
+    expect((await callsAbout('reactions.delete', sent.messageId)).map((c) => c.status)).toEqual([200]);
+    const { rows } = await pool.query<{ settled_by: string; cleaned: boolean }>(
+      `select settled_by, cleaned_at is not null as cleaned from channel_typing_reaction
+        where source_message_id = $1`,
+      [sent.messageId],
+    );
+    expect(rows).toEqual([{ settled_by: 'recall', cleaned: true }]);
+  });
+
+  it('a recall that commits while the message’s accept statement waits (its snapshot older than the recall): the Add comes off by its revalidation', async () => {
+    const chat = newChat(suite.app);
+    await badgedMessage(chat, 'first');
+    const m2 = await buildEvent(suite.app, {
+      message: { text: 'second', chat_id: chat.chatId, chat_type: 'group' },
+    });
+    const m2Id = m2.message_id!;
+    const holder = await pool.connect();
+    let accepting: ReturnType<typeof fetchWebhook>;
+    try {
+      await holder.query('begin');
+      const pid = (await holder.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
+      await holder.query('select 1 from channel_conversations where id = $1 for update', [chat.sessionId]);
+      // The accept statement takes its snapshot, then waits on the conversation row.
+      accepting = fetchWebhook(suite.app, m2.request);
+      await blockedBehindAll(pool, pid, 1);
+      const r = await recall(suite.app, { message_id: m2Id, withdraw: false });
+      expect(r.body).toEqual({ ok: true, recalled: true });
+      await r.afterAnswer;
+    } finally {
+      await holder.query('commit');
+      holder.release();
+    }
+    const accepted = await accepting!;
+    // Its snapshot did not see the recall: recorded as answered, registered, Add sent...
+    expect(accepted.body).toEqual({ ok: true });
+    await accepted.afterAnswer;
+    // ...and withdrawn by the Add's revalidation, which reads the recall (liveness.ts).
+    expect(await callsAbout('reactions.create', m2Id)).toHaveLength(1);
+    expect(await typingOn(m2Id)).toBe(0);
+  });
+
   it('a turn with one input recalled of two still answers (the other one)', async () => {
     const chat = newChat(suite.app);
     const first = await badgedMessage(chat, 'first');
