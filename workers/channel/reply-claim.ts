@@ -53,7 +53,6 @@ export async function everyInputRecalled(
 export async function claimReplyPost(
   pool: Pool,
   args: Pick<ReplyArgs, 'sessionId' | 'turnNo' | 'session' | 'inputs'>,
-  opts: { claim: boolean } = { claim: true },
 ): Promise<'post' | 'recalled'> {
   return withTx(pool, { budgetMs: 3000 }, async (tx) => {
     const { rows } = await tx.query<{ claimed: boolean }>(
@@ -65,8 +64,6 @@ export async function claimReplyPost(
     if (!rows[0] || rows[0].claimed) return 'post';
     // A new statement, so a new snapshot: a recall that held the lock is visible now.
     if (await everyInputRecalled(tx, args)) return 'recalled';
-    // The check before the agent is asked: the same decision, nothing claimed yet.
-    if (!opts.claim) return 'post';
     await tx.query(
       `update channel_turns set reply_claimed_at = app_now()
         where session_id = $1 and turn_no = $2 and reply_claimed_at is null`,
@@ -74,4 +71,24 @@ export async function claimReplyPost(
     );
     return 'post';
   });
+}
+
+/**
+ * The check before the agent is asked, one read with no lock: `recalled` when no run of the
+ * turn claimed the post and every input is recalled already. It agrees with the claim: recalls
+ * are never undone, so a claim that would come later finds them too, and one that came earlier
+ * is seen here.
+ */
+export async function recalledBeforeAsking(
+  q: Pick<Pool, 'query'>,
+  args: Pick<ReplyArgs, 'sessionId' | 'turnNo' | 'session' | 'inputs'>,
+): Promise<boolean> {
+  if (args.inputs.length === 0) return false;
+  const { rows } = await q.query<{ claimed: boolean; unrecalled: number }>(
+    `select exists (select 1 from channel_turns
+                     where session_id = $3 and turn_no = $4 and reply_claimed_at is not null) as claimed,
+            (${UNRECALLED}) as unrecalled`,
+    [args.session.installationId, args.inputs.map((i) => i.messageId), args.sessionId, args.turnNo],
+  );
+  return rows[0]?.claimed === false && rows[0]?.unrecalled === 0;
 }

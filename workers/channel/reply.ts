@@ -16,7 +16,7 @@ import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
 import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
 import { findCard } from './reply-cards';
-import { claimReplyPost, recalledInputs } from './reply-claim';
+import { claimReplyPost, recalledBeforeAsking, recalledInputs } from './reply-claim';
 import { held, notDelivered, recalled } from './reply-results';
 import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
@@ -84,9 +84,8 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       if (heldMs > 0) return held(args, heldMs);
       // Every input recalled already (and no earlier generation claimed the post): the agent
       // is not asked. The decision that counts is the claim right before the post, below.
-      const claim = (claimIt: boolean) =>
-        onPool(config, ctx?.pool, (pool) => claimReplyPost(pool, args, { claim: claimIt }));
-      if ((await claim(false)) === 'recalled') return recalled(args);
+      const claim = () => onPool(config, ctx?.pool, (pool) => claimReplyPost(pool, args));
+      if (await onPool(config, ctx?.pool, (pool) => recalledBeforeAsking(pool, args))) return recalled(args);
       // A recalled input is not shown to the agent (its user took it back); the others are.
       const gone = await onPool(config, ctx?.pool, (pool) => recalledInputs(pool, args));
       const shown =
@@ -96,7 +95,7 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       let text: string | null = null;
       if (replyMode === 'card_stream') {
         // A card is posted as the agent starts answering (card-reply.ts): the claim comes first.
-        if ((await claim(true)) === 'recalled') return recalled(args);
+        if ((await claim()) === 'recalled') return recalled(args);
         const result = await cardReply({
           args,
           lark,
@@ -121,7 +120,7 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       }
       text ??= (await ask()).text;
       // The post decision, under the turn row's lock against a racing recall (reply-claim.ts).
-      if ((await claim(true)) === 'recalled') return recalled(args);
+      if ((await claim()) === 'recalled') return recalled(args);
       return postText(lark, args, text, deliveryUuid(args, effect.id), signal);
     },
   };
