@@ -14,7 +14,7 @@ import { drainInstance, runClaimedEffects } from '../../workers/effects/runner';
 import { effectConfig } from '../../workers/effects/types';
 import worker from '../../workers/index';
 import { advanceDbClock, blockedBehindAll } from '../helpers/db';
-import { buildEvent, emu, releaseHeld, type TestApp, untilHeld } from '../lark/helpers';
+import { buildEvent, emu, emuCards, releaseHeld, type TestApp, untilHeld } from '../lark/helpers';
 import {
   type Chat,
   engineSuite,
@@ -306,6 +306,39 @@ describe('recalled messages (issue 33 item 2)', { timeout: 40_000 }, () => {
       expect(rows).toEqual([{ status: 'completed' }]);
     } finally {
       await setSettings(suite.app, { recall_reply: 'off' });
+    }
+  });
+
+  it('card_stream under recall_reply on: a recall after the card was sent deletes the card message once', async () => {
+    await setSettings(suite.app, { reply_mode: 'card_stream', recall_reply: 'on' });
+    try {
+      const chat = newChat(suite.app);
+      const anchor = await badgedMessage(chat, 'stream then recall');
+      await fireDebounce(pool, chat);
+      const turn = await untilSettled(pool, chat, 1);
+      expect(turn.outcome).toBe('delivered');
+      const cardMessage = turn.reply_message_id!;
+      await (await recall(suite.app, { message_id: anchor })).afterAnswer;
+      await drainHost(chat);
+      expect((await callsAbout('messages.delete', cardMessage)).map((c) => c.status)).toEqual([200]);
+      expect(await deletions(chat)).toEqual([{ turn_no: 1, outcome: 'deleted', attempts: 1 }]);
+    } finally {
+      await setSettings(suite.app, { reply_mode: 'text', recall_reply: 'off' });
+    }
+  });
+
+  it('card_stream: every input recalled before the run: no card at all, the turn ends recalled', async () => {
+    await setSettings(suite.app, { reply_mode: 'card_stream' });
+    try {
+      const chat = newChat(suite.app);
+      const anchor = await badgedMessage(chat, 'no card please');
+      await (await recall(suite.app, { message_id: anchor })).afterAnswer;
+      await fireDebounce(pool, chat);
+      expect(await untilSettled(pool, chat, 1)).toMatchObject({ outcome: 'recalled' });
+      expect(await emuCards({ message_id: anchor })).toEqual([]);
+      expect(await callsAbout('reply', anchor)).toEqual([]);
+    } finally {
+      await setSettings(suite.app, { reply_mode: 'text' });
     }
   });
 
