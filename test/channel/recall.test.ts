@@ -309,6 +309,27 @@ describe('recalled messages (issue 33 item 2)', { timeout: 40_000 }, () => {
     }
   });
 
+  it('recall_reply on: a 429 and a 5xx on the delete are retried (the effect retries); then one delete, recorded', async () => {
+    await setSettings(suite.app, { recall_reply: 'on' });
+    try {
+      const chat = newChat(suite.app);
+      const anchor = await badgedMessage(chat, 'busy lark');
+      await fireDebounce(pool, chat);
+      const turn = await untilSettled(pool, chat, 1);
+      const replyId = turn.reply_message_id!;
+      await emu('faults', { route: 'messages.delete', kind: '429', resetSeconds: 2, times: 1 });
+      await emu('faults', { route: 'messages.delete', kind: '5xx', status: 502, times: 1 });
+      await (await recall(suite.app, { message_id: anchor })).afterAnswer;
+      await drainHost(chat, 6);
+      expect((await callsAbout('messages.delete', replyId)).map((c) => c.status)).toEqual([429, 502, 200]);
+      expect(await deletions(chat)).toEqual([{ turn_no: 1, outcome: 'deleted', attempts: 3 }]);
+    } finally {
+      await setSettings(suite.app, { recall_reply: 'off' });
+      // The 429's hold was recorded in database time ahead of the clock the next test starts at.
+      await pool.query('delete from lark_rate_limits where app_id = $1', [suite.app.appId]);
+    }
+  });
+
   it('card_stream under recall_reply on: a recall after the card was sent deletes the card message once', async () => {
     await setSettings(suite.app, { reply_mode: 'card_stream', recall_reply: 'on' });
     try {
