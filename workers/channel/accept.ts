@@ -33,6 +33,8 @@ const REACTION_ROUTES: LarkRoute[] = ['reactions.create', 'reactions.delete', 'r
  *   found the bot's open_id among its mentions ($23; null, unknown, is not a mention). An
  *   unanswered input is still recorded (with `unanswered`, its receipt, its conversation
  *   position), but gets no mailbox message and no ledger row: never a turn, never a badge.
+ * - `recalled`: the message was recalled before it arrived (channel/recall.ts): recorded with
+ *   `unanswered = 'recalled'`, like an unanswered input (no mailbox message, no ledger row).
  * - `badge`: an answered input's registration, under `typing_badge`: `on`; never for `off`;
  *   for `quiet`, only while no recorded 429 holds any of the app's reaction routes ($25) and
  *   the app's calls today are under `typing_daily_call_budget` (lark/call-counts.ts).
