@@ -1,12 +1,18 @@
 /**
  * The emulator's own HTTP API under /__emulator: inspection (calls, messages, cards), fault
  * injection, the clock, the CardKit switches, and event delivery (a message's mentions:
- * `message.mention_bot`, `message.mentions`). Tests inside workerd drive the emulator only through these routes.
+ * `message.mention_bot`, `message.mentions`; `type: "recall"` for a user's recall). Tests inside workerd drive the emulator only through these routes.
  */
 
 import type { ApiAnswer } from './answers';
 import { configProblem } from './cards';
-import { buildDelivery, type DeliveryOptions, messageReceivePayload, urlVerificationPayload } from './events';
+import {
+  buildDelivery,
+  type DeliveryOptions,
+  messageRecalledPayload,
+  messageReceivePayload,
+  urlVerificationPayload,
+} from './events';
 import { type Fault, type FaultBook, type FaultKind, isRouteTarget, ROUTES } from './faults';
 import { type AppRecord, type EmulatorState, id, type MentionRecord, type MessageRecord } from './state';
 
@@ -235,7 +241,25 @@ async function deliver(state: EmulatorState, body: Body): Promise<ApiAnswer> {
   let message: MessageRecord | undefined;
   if (body.type === 'url_verification') payload = urlVerificationPayload(app, body.token);
   else if (body.type === 'custom') payload = body.payload;
-  else {
+  else if (body.type === 'recall') {
+    // The user recalls a message: a known one is withdrawn in the emulator's world too (unless
+    // `withdraw: false`: the event alone, for a test that orders the withdrawal itself); an
+    // unknown id (`message_id` + `chat_id`) is sent as given (a recall of a message never seen).
+    message = body.message_id ? state.messages.get(body.message_id) : undefined;
+    if (message && body.withdraw !== false) message.recalled = true;
+    if (!message && (typeof body.message_id !== 'string' || typeof body.chat_id !== 'string'))
+      return bad('recall: message_id of a known message, or message_id and chat_id');
+    payload = messageRecalledPayload(
+      app,
+      {
+        message_id: message?.message_id ?? body.message_id,
+        chat_id: message?.chat_id ?? body.chat_id,
+        recall_type: body.recall_type,
+      },
+      now,
+      { eventId: body.event_id, token: body.token, shape: body.shape === 'nested' ? 'nested' : 'flat' },
+    );
+  } else {
     message = body.message_id ? state.messages.get(body.message_id) : undefined;
     if (!message) {
       const m = body.message ?? {};

@@ -115,3 +115,30 @@ export function messageReceivePayload(
     },
   };
 }
+
+/**
+ * An im.message.recalled_v1 envelope (reference §3): `{message_id, chat_id, recall_time,
+ * recall_type}` at the top of `event`, or, with `shape: "nested"`, the ids under `message`
+ * (the reference does not rule it out; the service accepts both).
+ */
+export function messageRecalledPayload(
+  app: DeliveryApp,
+  recall: { message_id: string; chat_id: string; recall_type?: string },
+  nowMs: number,
+  opts: { eventId?: string; token?: string; shape?: 'flat' | 'nested' } = {},
+) {
+  const ids = { message_id: recall.message_id, chat_id: recall.chat_id };
+  const rest = { recall_time: String(nowMs), recall_type: recall.recall_type ?? 'message_owner' };
+  return {
+    schema: '2.0',
+    header: {
+      event_id: opts.eventId ?? id('', 16),
+      event_type: 'im.message.recalled_v1',
+      create_time: String(nowMs),
+      token: opts.token ?? app.verification_token,
+      app_id: app.app_id,
+      tenant_key: 'tenant_emulator',
+    },
+    event: opts.shape === 'nested' ? { message: ids, ...rest } : { ...ids, ...rest },
+  };
+}

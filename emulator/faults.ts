@@ -1,6 +1,6 @@
 /**
  * Per-route fault injection. Routes: token, reactions.create, reactions.delete,
- * reactions.list, reply, bot.info, the CardKit routes (cardkit.create, cardkit.content, cardkit.settings,
+ * reactions.list, reply, messages.delete, bot.info, the CardKit routes (cardkit.create, cardkit.content, cardkit.settings,
  * cardkit.update, cardkit.batch_update), `cardkit.*` for the five of them, or `*` for all.
  * A fault applies to the next `times` calls.
  * - latency: waits `latencyMs`, then the call proceeds (combines with the others);
@@ -19,6 +19,7 @@ export const ROUTES = [
   'reactions.delete',
   'reactions.list',
   'reply',
+  'messages.delete',
   'bot.info',
   'cardkit.create',
   'cardkit.content',

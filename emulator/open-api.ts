@@ -145,6 +145,20 @@ export function apiRoute(state: EmulatorState, call: ApiCall): ApiAnswer {
         card.sent = { message_id: msg.message_id, reply_to: messageId, uuid: msg.reply_uuid, at: now };
       return ok(message(msg));
     }
+    case 'messages.delete': {
+      // Recalls a message the app sent (reference: "Recall a message", DELETE im/v1/messages/:id).
+      // The codes are UNCONFIRMED: 230002 for an unknown message, 230011 for one already
+      // withdrawn (as the reply route answers), 230027 for another sender's message; the
+      // service treats the first two as already gone.
+      const msg = state.messages.get(messageId);
+      if (!msg) return larkError(400, 230002, 'The message is not found.');
+      if (msg.recalled) return larkError(400, 230011, 'The message was withdrawn.');
+      if (msg.sender.sender_type !== 'app' || msg.sender.id !== appId)
+        return larkError(400, 230027, 'Lack of necessary permissions.');
+      msg.recalled = true;
+      msg.deleted_by = appId;
+      return ok({});
+    }
     case 'bot.info': {
       // Reference §6 "Mentions": the bot itself at the top level, not under `data`.
       const app = state.apps.get(appId)!;

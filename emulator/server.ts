@@ -62,6 +62,12 @@ const API_ROUTES: { method: string; pattern: RegExp; route: RouteName; keys: str
     route: 'reply',
     keys: ['message_id'],
   },
+  {
+    method: 'DELETE',
+    pattern: /^\/open-apis\/im\/v1\/messages\/([^/]+)$/,
+    route: 'messages.delete',
+    keys: ['message_id'],
+  },
   { method: 'GET', pattern: /^\/open-apis\/bot\/v3\/info\/?$/, route: 'bot.info', keys: [] },
   { method: 'POST', pattern: /^\/open-apis\/cardkit\/v1\/cards$/, route: 'cardkit.create', keys: [] },
   {

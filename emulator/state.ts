@@ -56,6 +56,8 @@ export interface MessageRecord {
   create_time: string;
   sender: { id: string; id_type: 'open_id' | 'app_id'; sender_type: 'user' | 'app' };
   recalled: boolean;
+  /** Set when an app deleted it through the Open API (`DELETE /open-apis/im/v1/messages/:id`); `recalled` too. */
+  deleted_by?: string;
   reply_uuid?: string;
   /** Who the message @-mentions (group messages); absent when nobody. */
   mentions?: MentionRecord[];

@@ -107,17 +107,17 @@ describe('im.message.receive_v1', () => {
         schema: '2.0',
         header: {
           event_id: crypto.randomUUID(),
-          event_type: 'im.message.recalled_v1',
+          event_type: 'im.message.reaction.created_v1',
           create_time: '1',
           token: app.verificationToken,
           app_id: app.appId,
         },
-        event: { message_id: 'om_x', chat_id: 'oc_x', recall_time: '1', recall_type: 'message_owner' },
+        event: { message_id: 'om_x', reaction_type: { emoji_type: 'SMILE' }, operator_type: 'user' },
       },
     });
     const res = await submit(app.installationId, built.request);
     expect(res.status).toBe(200);
-    expect(await res.json()).toMatchObject({ ignored: 'im.message.recalled_v1' });
+    expect(await res.json()).toMatchObject({ ignored: 'im.message.reaction.created_v1' });
     expect(await inputs(app.installationId)).toHaveLength(0);
   });
 });

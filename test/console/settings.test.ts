@@ -97,6 +97,7 @@ describe('console: installation settings', () => {
       typing_daily_call_budget: 2500,
       failure_notice: 'none',
       paused: 'off',
+      recall_reply: 'off',
     });
     expect(await audit(operator)).toEqual([
       { action: 'settings-update', target: `${inst.id}:reply_in_groups`, outcome: 'always -> mentioned' },

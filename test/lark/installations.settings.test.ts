@@ -13,6 +13,7 @@ const DEFAULTS = {
   typing_daily_call_budget: 'none',
   failure_notice: 'none',
   paused: 'off',
+  recall_reply: 'off',
 };
 
 const settingsOf = (id: string) => admin(`/${id}/settings`);
@@ -116,6 +117,22 @@ describe('per-installation settings (issue 34 reply_mode, issue 33 typing_badge,
     ]);
   });
 
+  it('settings.recall_reply: on and off are stored, read back and audited with the operator', async () => {
+    const app = await installApp();
+    const on = await change(app.installationId, { operator: 'carol', settings: { recall_reply: 'on' } });
+    expect(on.status).toBe(200);
+    expect(await on.json()).toEqual({
+      settings: { ...DEFAULTS, recall_reply: 'on' },
+      changed: [{ setting: 'recall_reply', from: 'off', to: 'on' }],
+    });
+    expect(await (await settingsOf(app.installationId)).json()).toEqual({
+      settings: { ...DEFAULTS, recall_reply: 'on' },
+    });
+    expect(
+      (await auditOf(app.installationId)).map((a) => [a.operator, a.target.split(':')[1], a.outcome]),
+    ).toEqual([['carol', 'recall_reply', 'off -> on']]);
+  });
+
   it('settings.bad_input: unknown settings or values, no operator, no setting at all: 400 and nothing written', async () => {
     const app = await installApp();
     const bad = [
@@ -139,6 +156,8 @@ describe('per-installation settings (issue 34 reply_mode, issue 33 typing_badge,
       { operator: 'alice', settings: { typing_daily_call_budget: 1_000_000_001 } },
       { operator: 'alice', settings: { typing_daily_call_budget: null } },
       { operator: 'alice', settings: { typing_badge: 'off', typing_daily_call_budget: 'unlimited' } },
+      { operator: 'alice', settings: { recall_reply: 'sometimes' } },
+      { operator: 'alice', settings: { recall_reply: true } },
     ];
     for (const body of bad) {
       const res = await change(app.installationId, body);

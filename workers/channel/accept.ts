@@ -33,6 +33,8 @@ const REACTION_ROUTES: LarkRoute[] = ['reactions.create', 'reactions.delete', 'r
  *   found the bot's open_id among its mentions ($23; null, unknown, is not a mention). An
  *   unanswered input is still recorded (with `unanswered`, its receipt, its conversation
  *   position), but gets no mailbox message and no ledger row: never a turn, never a badge.
+ * - `recalled`: the message was recalled before it arrived (channel/recall.ts): recorded with
+ *   `unanswered = 'recalled'`, like an unanswered input (no mailbox message, no ledger row).
  * - `badge`: an answered input's registration, under `typing_badge`: `on`; never for `off`;
  *   for `quiet`, only while no recorded 429 holds any of the app's reaction routes ($25) and
  *   the app's calls today are under `typing_daily_call_budget` (lark/call-counts.ts).
@@ -50,7 +52,10 @@ const DECIDE = `${SETTINGS_ROW.sql}, decision as (
            else false
          end as badge,
          -- A paused installation records and acknowledges its inputs, but badges none (pause.ts).
-         st.paused = 'on' as paused
+         st.paused = 'on' as paused,
+         -- Recalled before it arrived (recall.ts): recorded, never answered, never badged.
+         exists (select 1 from channel_recalled_messages r
+                  where r.installation_id = $1 and r.message_id = $8) as recalled
     from settings st
 )`;
 
@@ -94,7 +99,8 @@ with receipt as (
           sender_open_id, message_type, content, received_at_ms,
           session_id, position, context_revision, message_created_at_ms, unanswered)
   select $1, $2, $8, $6, $7, $9, $10, $11, $12, $13, $14, $3, conv.position, conv.context_revision, $15,
-         case when decision.answer then null else 'not_mentioned' end
+         case when decision.recalled then 'recalled'
+              when decision.answer then null else 'not_mentioned' end
     from conv, decision
   on conflict (installation_id, message_id) do nothing
   returning position, context_revision, unanswered
@@ -136,7 +142,7 @@ interface AcceptRow extends RegisterResultRow {
   accepted: boolean;
   position: string | null;
   context_revision: string | null;
-  unanswered: 'not_mentioned' | null;
+  unanswered: 'not_mentioned' | 'recalled' | null;
   badge: boolean;
   paused: boolean;
 }
@@ -148,7 +154,7 @@ interface AcceptRow extends RegisterResultRow {
  */
 export type AcceptOutcome =
   | { kind: 'duplicate' }
-  | { kind: 'unanswered'; reason: 'not_mentioned' }
+  | { kind: 'unanswered'; reason: 'not_mentioned' | 'recalled' }
   | { kind: 'recorded'; recorded: RecordedInput };
 
 /**

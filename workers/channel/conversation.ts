@@ -2,6 +2,8 @@ import type { ActorContext, ActorEvent, ActorType } from '../effects/registry';
 import { applyBacklog, onResume } from './backlog';
 import { localeOf } from './notices';
 import { claimTurnStart, RESUME_KEY_PREFIX, type ResumePayload, readHold } from './pause';
+import { RECALL_KEY_PREFIX, type RecallPayload } from './recall';
+import { deleteAfterRecall, deleteAtSettlement } from './reply-deletion';
 import { CONVERSATION_ACTOR } from './session';
 import { insertTurn, replaceTurnEffect, settleTurnRow } from './turns';
 import {
@@ -235,12 +237,12 @@ async function onTimer(
   return startTurn(s, ctx, settings);
 }
 
-function onRuntime(
+async function onRuntime(
   s: ConversationState,
   key: { effectId: string; what: string },
   payload: unknown,
   ctx: Ctx,
-) {
+): Promise<ConversationState> {
   // The one guard: only the running turn's current generation may move the turn.
   if (!s.turn || s.turn.current.effectId !== key.effectId) return s;
   if (key.what === 'completed') {
@@ -249,8 +251,22 @@ function onRuntime(
     // reset; the executor ends the turn once it is past its deadline.
     if (r.outcome === 'held') return replace(s, ctx, Math.max(1000, Number(r.retryAfterMs) || 1000), true);
     const outcome: TurnOutcome =
-      r.outcome === 'delivered' ? 'delivered' : r.outcome === 'anchor_gone' ? 'anchor_gone' : 'failed';
-    return settle(s, ctx, outcome, r.replyMessageId ?? null);
+      r.outcome === 'delivered' || r.outcome === 'anchor_gone' || r.outcome === 'recalled'
+        ? r.outcome
+        : 'failed';
+    const replyMessageId = r.replyMessageId ?? null;
+    // Every input recalled after the post was claimed: under `recall_reply: on` the reply goes too.
+    if (outcome === 'delivered' && replyMessageId) {
+      const t = s.turn;
+      await deleteAtSettlement(ctx, s.session!.installationId, {
+        turnNo: t.turnNo,
+        contextRevision: t.contextRevision,
+        firstPosition: t.inputs[0]!.position,
+        cutoffPosition: t.cutoffPosition,
+        replyMessageId,
+      });
+    }
+    return settle(s, ctx, outcome, replyMessageId);
   }
   if (key.what === 'failed') {
     if (s.turn.generation >= MAX_GENERATIONS) return settle(s, ctx, 'failed', null);
@@ -263,6 +279,21 @@ function onRuntime(
     return replace(s, ctx, 0);
   }
   return s; // check answers: status never moves the turn
+}
+
+/**
+ * A user recalled one of this conversation's inputs (recall.ts). Its badge is the ledger's
+ * (withdrawn by the webhook after its answer); a running turn decides at its post claim
+ * (reply-claim.ts); what is left is a reply already delivered (reply-deletion.ts). A pending
+ * input stays pending: its turn, if every input of it is recalled, ends `recalled` unposted.
+ */
+async function onRecall(s: ConversationState, p: RecallPayload, ctx: Ctx): Promise<ConversationState> {
+  const position = Number(p?.position);
+  const contextRevision = Number(p?.contextRevision);
+  if (!p?.installationId || !Number.isSafeInteger(position) || !Number.isSafeInteger(contextRevision))
+    return s;
+  await deleteAfterRecall(ctx, p.installationId, { position, contextRevision });
+  return s;
 }
 
 /**
@@ -290,6 +321,7 @@ export function conversationActor(settings: () => ConversationSettings): ActorTy
       if (event.key.startsWith('in:')) return onInput(s, event.payload as InputMessage, ctx, settings());
       if (event.key.startsWith(RESUME_KEY_PREFIX))
         return onResume(s, event.payload as ResumePayload, ctx, MAX_TURN_INPUTS);
+      if (event.key.startsWith(RECALL_KEY_PREFIX)) return onRecall(s, event.payload as RecallPayload, ctx);
       const rk = runtimeKey(event.key);
       return rk ? onRuntime(s, rk, event.payload, ctx) : s;
     },

@@ -5,6 +5,7 @@ import { droppedExecutor } from './backlog';
 import { conversationActor } from './conversation';
 import { failureNoticeExecutor } from './failure-notice';
 import { replyExecutor, settledExecutor } from './reply';
+import { replyDeleteExecutor } from './reply-deletion';
 
 /**
  * Registers the conversation actor and its effects in `registry`. The Worker's entry
@@ -33,5 +34,6 @@ export function registerConversationEngine(registry: EffectRegistry): EffectRegi
     )
     .registerEffect(settledExecutor({ config }))
     .registerEffect(failureNoticeExecutor({ config }))
-    .registerEffect(droppedExecutor({ config }));
+    .registerEffect(droppedExecutor({ config }))
+    .registerEffect(replyDeleteExecutor({ config }));
 }

@@ -8,6 +8,7 @@ import type { PoolClient } from '@neondatabase/serverless';
  *   input's context revision (a context reset ends every older input);
  * - the installation is still registered with the row's App ID, and not paused (an Add whose
  *   registration raced the pause comes off at once: no badge while paused, pause.ts);
+ * - the message was not recalled (channel/recall.ts): an Add that raced the recall comes off;
  * - no terminal turn covers the input: turns of a session run one at a time, so any turn of
  *   the input's revision with `cutoff_position >= position` and an outcome means the turn
  *   that consumed this input is over;
@@ -25,6 +26,8 @@ select exists (
    where r.id = $1 and r.session_id = $2
      and not exists (select 1 from lark_installation_settings p
                       where p.installation_id = r.installation_id and p.paused = 'on')
+     and not exists (select 1 from channel_recalled_messages x
+                      where x.installation_id = r.installation_id and x.message_id = r.source_message_id)
      and not exists (select 1 from channel_turns t
                       where t.session_id = r.session_id and t.context_revision = r.context_revision
                         and t.cutoff_position >= r.input_position and t.outcome is not null)

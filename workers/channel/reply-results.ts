@@ -32,3 +32,13 @@ export function notDelivered(args: ReplyArgs, err: LarkApiError): ReplyResult {
     reason: `lark_${err.code}`,
   };
 }
+
+/** Every input of the turn was recalled before its reply was claimed: nothing is posted (reply-claim.ts). */
+export function recalled(args: ReplyArgs): ReplyResult {
+  log.info('channel_reply_recalled', {
+    sessionId: args.sessionId,
+    turnNo: args.turnNo,
+    generation: args.generation,
+  });
+  return { outcome: 'recalled', replyMessageId: null, reason: 'inputs_recalled' };
+}

@@ -16,7 +16,8 @@ import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
 import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
 import { findCard } from './reply-cards';
-import { held, notDelivered } from './reply-results';
+import { claimReplyPost, recalledBeforeAsking, recalledInputs } from './reply-claim';
+import { held, notDelivered, recalled } from './reply-results';
 import { afterTurnSettled, type TurnSettlement } from './typing-hooks';
 
 /** Lark's part of a reply run (token + post, with one token refresh) gets this much. */
@@ -81,10 +82,20 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       // reset with the turn's delivery key, so that run meets the deadline check above.
       const heldMs = await gate((g) => g.heldForMs('reply'));
       if (heldMs > 0) return held(args, heldMs);
-      const ask = agentAsker(config, deps, args, signal);
+      // Every input recalled already (and no earlier generation claimed the post): the agent
+      // is not asked. The decision that counts is the claim right before the post, below.
+      const claim = () => onPool(config, ctx?.pool, (pool) => claimReplyPost(pool, args));
+      if (await onPool(config, ctx?.pool, (pool) => recalledBeforeAsking(pool, args))) return recalled(args);
+      // A recalled input is not shown to the agent (its user took it back); the others are.
+      const gone = await onPool(config, ctx?.pool, (pool) => recalledInputs(pool, args));
+      const shown =
+        gone.size === 0 ? args : { ...args, inputs: args.inputs.filter((i) => !gone.has(i.messageId)) };
+      const ask = agentAsker(config, deps, shown, signal);
       const lark = replyClient(deps, config, installation, gate, ctx);
       let text: string | null = null;
       if (replyMode === 'card_stream') {
+        // A card is posted as the agent starts answering (card-reply.ts): the claim comes first.
+        if ((await claim()) === 'recalled') return recalled(args);
         const result = await cardReply({
           args,
           lark,
@@ -108,6 +119,8 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
       }
       text ??= (await ask()).text;
+      // The post decision, under the turn row's lock against a racing recall (reply-claim.ts).
+      if ((await claim()) === 'recalled') return recalled(args);
       return postText(lark, args, text, deliveryUuid(args, effect.id), signal);
     },
   };

@@ -80,8 +80,9 @@ export interface ReplyResult {
   /**
    * `held`: the reply route was held by a recorded Lark 429 (rate-limits.ts) or answered 429,
    * so nothing was posted; the turn runs the same generation again after `retryAfterMs`.
+   * `recalled`: every input was recalled before the reply was claimed (reply-claim.ts).
    */
-  outcome: 'delivered' | 'anchor_gone' | 'failed' | 'held';
+  outcome: 'delivered' | 'anchor_gone' | 'failed' | 'held' | 'recalled';
   replyMessageId: string | null;
   reason?: string;
   /** With `held`: how long the route stays held, from Lark's reset. */

@@ -65,9 +65,10 @@ export interface AnsweredInput {
  * How a turn ended. `delivered`: the reply is posted. `failed`: the agent or delivery gave
  * up (timeouts, permanent errors, retries exhausted). `retired`: effect recovery retired the
  * reply after its process died and no replacement generation was started. `anchor_gone`:
- * the message to reply to was recalled or deleted.
+ * the message to reply to was recalled or deleted. `recalled`: every input of the turn was
+ * recalled before its reply was claimed (reply-claim.ts): no reply, no failure notice.
  */
-export type TurnOutcome = 'delivered' | 'failed' | 'retired' | 'anchor_gone';
+export type TurnOutcome = 'delivered' | 'failed' | 'retired' | 'anchor_gone' | 'recalled';
 
 /** One terminal turn, as written in the actor's terminal transaction. */
 export interface TurnSettlement {

@@ -8,14 +8,16 @@ import { actorHostStub } from '../effects/actor-host-stub';
 import { AppError } from '../errors';
 import { INSTALLATION_ID } from '../installations/store';
 import { recordRejectedEvent } from '../lark/event-receipts';
-import { MessageReceiveEvent } from '../lark/schemas';
+import { MessageRecalledEvent, MessageReceiveEvent, normalizeRecall } from '../lark/schemas';
 import { type Delivery, openDelivery } from '../lark/verify';
 import { limitBody } from '../lib/body-limit';
+import { isPgStorable } from '../lib/pg-text';
 import { log } from '../log';
 import { enforceRateLimit } from '../rate-limit';
 import { acceptInboundMessage, unstorableField } from './accept';
 import type { InboundMessage, RecordedInput } from './inbound';
 import { botMentioned, loadWebhookInstallation } from './mentions';
+import { acceptRecall, afterRecallAnswered } from './recall';
 import { afterInputAnswered } from './typing-hooks';
 
 /**
@@ -40,11 +42,18 @@ const WEBHOOK_CONNECT_RETRY_MS = 1200;
 export const WEBHOOK_MAX_BODY_BYTES = 256 * 1024;
 
 /**
+ * The events the service handles: the Lark app's event subscription should list exactly these
+ * (docs/operations.md "Recalled messages", docs/lark.md "Webhook"). Anything else is
+ * acknowledged and ignored.
+ */
+export const SUBSCRIBED_EVENT_TYPES = ['im.message.receive_v1', 'im.message.recalled_v1'] as const;
+
+/**
  * POST /lark/events/:installationId: Lark's event webhook. Verifies (workers/lark/verify.ts),
  * then for a user's im.message.receive_v1 inserts the event_id receipt, records the input,
  * enqueues it on its conversation and registers its typing badge in ONE autocommit
- * statement (accept.ts), and only then answers 200. Everything else is acknowledged and
- * ignored. Rejections are 4xx lark_* codes with nothing written; a verified message whose text
+ * statement (accept.ts), and only then answers 200; an im.message.recalled_v1 is recorded
+ * the same way (recall.ts). Everything else is acknowledged and ignored. Rejections are 4xx lark_* codes with nothing written; a verified message whose text
  * Postgres cannot store is acknowledged and only its receipt is written, as `rejected`.
  * Over the per-installation rate limit, 429 rate_limited with Retry-After (Lark redelivers later).
  */
@@ -124,6 +133,8 @@ async function handle(
   if (delivery.kind === 'legacy') return c.json({ ok: true, ignored: 'schema_1.0' });
 
   const { header, event } = delivery.envelope;
+  if (header.event_type === 'im.message.recalled_v1')
+    return handleRecall(c, pool, installation.id, header.event_id, event, after);
   if (header.event_type !== 'im.message.receive_v1') return c.json({ ok: true, ignored: header.event_type });
   const parsed = MessageReceiveEvent.safeParse(event);
   if (!parsed.success)
@@ -159,6 +170,47 @@ async function handle(
   if (outcome.kind === 'unanswered') return c.json({ ok: true, unanswered: outcome.reason });
   after.push(runAfterAnswer(c, outcome.recorded, pool));
   return c.json({ ok: true });
+}
+
+/**
+ * A user recalled a message (recall.ts): recorded in one statement before the answer; its
+ * badge withdrawn and its conversation woken after it. A recall of a message never seen is
+ * recorded too: the message, if it comes, is then recorded but never answered.
+ */
+async function handleRecall(
+  c: Context<AppEnv>,
+  pool: Pool,
+  installationId: string,
+  eventId: string,
+  event: unknown,
+  after: Promise<void>[],
+) {
+  const parsed = MessageRecalledEvent.safeParse(event);
+  if (!parsed.success)
+    throw new AppError('lark_bad_event', 'im.message.recalled_v1 event does not match its schema');
+  const recall = normalizeRecall(parsed.data);
+  const stored = [eventId, recall.messageId, recall.chatId ?? '', recall.recallType ?? ''];
+  if (!stored.every(isPgStorable)) {
+    if (!(await recordRejectedEvent(pool, installationId, eventId, 'im.message.recalled_v1')))
+      return c.json({ ok: true, duplicate: true });
+    log.warn('lark_event_unstorable', { installationId, eventId, requestId: c.var.requestId });
+    return c.json({ ok: true, rejected: 'unstorable' });
+  }
+  const outcome = await acceptRecall(pool, installationId, eventId, recall);
+  if (outcome.kind === 'duplicate') return c.json({ ok: true, duplicate: true });
+  const { dbDone, done } = afterRecallAnswered(
+    c.env,
+    c.var.config,
+    { installationId, messageId: recall.messageId, sessionId: outcome.sessionId },
+    pool,
+  );
+  try {
+    c.executionCtx.waitUntil(done);
+  } catch {
+    // No execution context (a direct app.request in a unit test): the task still runs.
+  }
+  after.push(dbDone);
+  return c.json({ ok: true, recalled: true });
 }
 
 /**

@@ -79,6 +79,16 @@ export interface ChannelFailureNotices {
   turn_no: number;
 }
 
+export interface ChannelRecalledMessages {
+  chat_id: string | null;
+  event_id: string;
+  installation_id: string;
+  message_id: string;
+  recall_time_ms: Int8 | null;
+  recall_type: string | null;
+  recorded_at: Generated<Timestamp>;
+}
+
 export interface ChannelReplyCards {
   card_id: string;
   created_at: Generated<Timestamp>;
@@ -87,6 +97,18 @@ export interface ChannelReplyCards {
   locale: Generated<string>;
   sent_message_id: string | null;
   sequence: Generated<number>;
+  session_id: string;
+  turn_no: number;
+}
+
+export interface ChannelReplyDeletions {
+  attempts: Generated<number>;
+  created_at: Generated<Timestamp>;
+  finished_at: Timestamp | null;
+  installation_id: string;
+  lark_code: number | null;
+  outcome: string | null;
+  reply_message_id: string;
   session_id: string;
   turn_no: number;
 }
@@ -101,6 +123,7 @@ export interface ChannelTurns {
   generation: Generated<number>;
   input_count: number;
   outcome: string | null;
+  reply_claimed_at: Timestamp | null;
   reply_message_id: string | null;
   reply_mode: string | null;
   rerun_of: number | null;
@@ -285,6 +308,7 @@ export interface LarkInstallationSettings {
   failure_notice: Generated<string>;
   installation_id: string;
   paused: Generated<string>;
+  recall_reply: Generated<string>;
   reply_in_groups: Generated<string>;
   reply_mode: Generated<string>;
   typing_badge: Generated<string>;
@@ -445,7 +469,9 @@ export interface DB {
   actor_mailbox: ActorMailbox;
   channel_conversations: ChannelConversations;
   channel_failure_notices: ChannelFailureNotices;
+  channel_recalled_messages: ChannelRecalledMessages;
   channel_reply_cards: ChannelReplyCards;
+  channel_reply_deletions: ChannelReplyDeletions;
   channel_turns: ChannelTurns;
   channel_typing_reaction: ChannelTypingReaction;
   channel_typing_settlement: ChannelTypingSettlement;

@@ -67,3 +67,27 @@ export async function pruneTerminalTurns(q: Q, periodMs: number, batch: number):
 export async function pruneSettledInputs(q: Q, periodMs: number, batch: number): Promise<number> {
   return deleteBatch(q, PRUNE_INPUTS, [periodMs, batch]);
 }
+
+/**
+ * Recalls (channel_recalled_messages, migration 0210), `period` after they were recorded, once
+ * no input of that message is left: while an input exists its recall is what keeps it from being
+ * answered or badged (accept, liveness, the post claim and the reply deletion read it), so the
+ * recall goes only after the input step deleted the input. A recall whose message never came
+ * is history after the period too (Lark retries a delivery for about 7.1 h).
+ */
+const PRUNE_RECALLS = `
+with old as (
+  select r.installation_id as i_id, r.message_id as m_id from channel_recalled_messages r
+   where r.recorded_at < app_now() - $1 * interval '1 millisecond'
+     and not exists (select 1 from lark_inbound_messages i
+                      where i.installation_id = r.installation_id and i.message_id = r.message_id)
+   order by r.recorded_at
+   limit $2
+   for update of r skip locked
+)
+delete from channel_recalled_messages using old where installation_id = i_id and message_id = m_id`;
+
+export async function pruneRecalledMessages(q: Q, periodMs: number, batch: number): Promise<number> {
+  const { rowCount } = await q.query(PRUNE_RECALLS, [periodMs, batch]);
+  return rowCount ?? 0;
+}

@@ -2,13 +2,20 @@ import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { withTx } from '../db/tx';
 import { pruneCallCounts } from '../lark/call-counts';
 import { log } from '../log';
-import { pruneSettledInputs, pruneTerminalTurns } from './channel-history';
+import { pruneRecalledMessages, pruneSettledInputs, pruneTerminalTurns } from './channel-history';
 import { pruneConsoleHistory } from './console-history';
 import { pruneIdleConversations } from './conversations';
 import type { HousekeepingSettings } from './settings';
 import { pruneExpiredTickets } from './tickets';
 
-export type StepName = 'tickets' | 'turns' | 'inputs' | 'conversations' | 'console' | 'lark_calls';
+export type StepName =
+  | 'tickets'
+  | 'turns'
+  | 'inputs'
+  | 'recalls'
+  | 'conversations'
+  | 'console'
+  | 'lark_calls';
 
 /** Rows deleted per step; null when the step failed (logged, the others still ran). */
 export type HousekeepingReport = Record<StepName, number | null>;
@@ -21,6 +28,8 @@ const STEPS: [StepName, Step][] = [
   ['tickets', (tx, s) => pruneExpiredTickets(tx, s.ticketGraceMs, s.batchRows)],
   ['turns', (tx, s) => pruneTerminalTurns(tx, s.channelHistoryMs, s.batchRows)],
   ['inputs', (tx, s) => pruneSettledInputs(tx, s.channelHistoryMs, s.batchRows)],
+  // After inputs: a recall outlives every input of its message (migration 0210).
+  ['recalls', (tx, s) => pruneRecalledMessages(tx, s.channelHistoryMs, s.batchRows)],
   ['conversations', (tx, s) => pruneIdleConversations(tx, s.conversationIdleMs, s.batchRows)],
   // The console's history and audit (migration 0090): independent of the others.
   ['console', (tx, s) => pruneConsoleHistory(tx, s.batchRows)],
@@ -44,6 +53,7 @@ export async function runHousekeeping(
     tickets: 0,
     turns: 0,
     inputs: 0,
+    recalls: 0,
     conversations: 0,
     console: 0,
     lark_calls: 0,

@@ -59,6 +59,9 @@ export const SETTINGS = {
    * backlog choice, so a settings change cannot name it.
    */
   paused: { schema: z.enum(['off', 'on']), default: 'off', column: 'text', routeOnly: true },
+  // Issue 33 item 2 (migration 0210).
+  /** `on`: a delivered reply is deleted once every input of its turn is recalled (recall.ts); `off`: it stays. */
+  recall_reply: { schema: z.enum(['off', 'on']), default: 'off', column: 'text' },
 } as const satisfies Record<string, Setting>;
 
 export type SettingName = keyof typeof SETTINGS;

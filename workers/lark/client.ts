@@ -18,6 +18,7 @@ import {
   BotInfoResponse,
   CardUpdateResponse,
   CreateCardResponse,
+  DeleteMessageResponse,
   type Reaction,
   ReactionListResponse,
   type ReactionPage,
@@ -128,6 +129,17 @@ export class LarkClient {
       uuid: input.uuid,
     };
     return this.authed('reply', 'POST', path, body, ReplyResponse, call).then((r) => r.data);
+  }
+
+  /**
+   * Deletes (recalls) a message this app sent: `DELETE /open-apis/im/v1/messages/:message_id`.
+   * Success is the envelope's code 0; a message already gone answers an already-gone code.
+   */
+  deleteMessage(messageId: string, call: CallOptions): Promise<void> {
+    const path = `/open-apis/im/v1/messages/${enc(messageId)}`;
+    return this.authed('messages.delete', 'DELETE', path, undefined, DeleteMessageResponse, call).then(
+      () => undefined,
+    );
   }
 
   /** CardKit: a card entity from card JSON 2.0 (reference §6); sent later by its id, once. */

@@ -19,6 +19,8 @@ export type LarkRoute =
   | 'reactions.delete'
   | 'reactions.list'
   | 'reply'
+  // A reply the service posted, deleted again (recall_reply, channel/reply-deletion.ts).
+  | 'messages.delete'
   // CardKit (reference §6): creating a card entity, and every update of one (element content,
   // full update), which Lark limits per app at 50/s.
   | 'cardkit.create'

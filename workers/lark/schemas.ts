@@ -47,6 +47,9 @@ export const SentMessage = z.looseObject({
 export type SentMessage = z.infer<typeof SentMessage>;
 export const ReplyResponse = z.looseObject({ code: z.literal(0), data: SentMessage });
 
+/** A message delete's answer (`DELETE /open-apis/im/v1/messages/:id`): success is code 0, no data read. */
+export const DeleteMessageResponse = z.looseObject({ code: z.literal(0) });
+
 /** CardKit's create answer (reference §6): the card entity's id, 1–20 characters there. */
 export const CreateCardResponse = z.looseObject({
   code: z.literal(0),
@@ -135,3 +138,46 @@ export const MessageReceiveEvent = z.looseObject({
   }),
 });
 export type MessageReceiveEvent = z.infer<typeof MessageReceiveEvent>;
+
+/**
+ * `im.message.recalled_v1` (reference §3): `{message_id, chat_id, recall_time, recall_type}`.
+ * The reference is silent on two points, so both plausible shapes are accepted: the ids at the
+ * top level or under `message` (as receive_v1 puts them), and `recall_time` as a string or a
+ * number of milliseconds. `normalizeRecall` gives the one shape the service reads.
+ */
+const RecallIds = z.looseObject({
+  message_id: z.string().min(1).max(128),
+  chat_id: z.string().min(1).max(128).optional(),
+});
+export const MessageRecalledEvent = z.union([
+  RecallIds.extend({
+    recall_time: z.union([z.string(), z.number()]).optional(),
+    recall_type: z.string().max(64).optional(),
+  }),
+  z.looseObject({
+    message: RecallIds,
+    recall_time: z.union([z.string(), z.number()]).optional(),
+    recall_type: z.string().max(64).optional(),
+  }),
+]);
+export type MessageRecalledEvent = z.infer<typeof MessageRecalledEvent>;
+
+export interface Recall {
+  messageId: string;
+  chatId: string | null;
+  recallType: string | null;
+  /** Epoch ms, null when absent or not a whole number. */
+  recallTimeMs: number | null;
+}
+
+export function normalizeRecall(e: MessageRecalledEvent): Recall {
+  const ids: z.infer<typeof RecallIds> =
+    'message' in e && e.message ? (e.message as z.infer<typeof RecallIds>) : (e as z.infer<typeof RecallIds>);
+  const t = e.recall_time === undefined ? Number.NaN : Number(e.recall_time);
+  return {
+    messageId: ids.message_id,
+    chatId: ids.chat_id ?? null,
+    recallType: e.recall_type ?? null,
+    recallTimeMs: Number.isSafeInteger(t) && t >= 0 ? t : null,
+  };
+}

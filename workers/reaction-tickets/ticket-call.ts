@@ -1,5 +1,5 @@
 import { sqlState, withStatement } from '../db/tx';
-import { AppError, type ErrorCode } from '../errors';
+import { AppError } from '../errors';
 import { busyError } from './budget';
 import { CONTRACT_ANSWERS, CONTRACT_ERROR } from './contract-answers';
 import { operationStampMs } from './operation-id';

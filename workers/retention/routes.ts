@@ -2,7 +2,6 @@ import type { Context } from 'hono';
 import { Hono } from 'hono';
 import { z } from 'zod';
 import type { AppEnv } from '../context';
-import type { Env } from '../env';
 import { AppError } from '../errors';
 import { adminBearerToken } from '../lib/bearer';
 import { constantTimeEqual } from '../lib/constant-time';

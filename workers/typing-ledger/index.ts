@@ -12,7 +12,7 @@ export {
   registerInput,
   registrationOutcome,
 } from './register';
-export { markInputsTasked, settleTurnInputs, type TurnCutoff } from './settle';
+export { markInputsTasked, settleRecalledInput, settleTurnInputs, type TurnCutoff } from './settle';
 export { openSnapshot, sealSnapshot } from './snapshot';
 export { recordCleaned } from './store';
 export * from './types';

@@ -79,3 +79,36 @@ export async function markInputsTasked(
   );
   return rowCount ?? 0;
 }
+
+/**
+ * A recalled message (channel/recall.ts): its input's row settles on its own, with outcome
+ * `recalled`, whatever its turn does, so the normal withdrawal (`withdrawAfterCommit`) takes
+ * its badge off at once; an Add still in flight sees the settlement when it records its result
+ * and withdraws, like after any settlement. Rows of other inputs of the turn are untouched.
+ * Run after the recall committed, as its own statement: it then sees an input recorded by a
+ * webhook that raced the recall. Returns the ids whose badge must be withdrawn.
+ */
+export async function settleRecalledInput(
+  q: Q,
+  input: { installationId: string; messageId: string },
+): Promise<string[]> {
+  const { rows } = await q.query<{ id: string }>(
+    `with settled as (
+       update channel_typing_reaction
+       set settled_at = app_now(), settled_by = 'recall', settle_outcome = 'recalled',
+           taskless = false,
+           cleaned_at = case when add_state = 'not_added' then app_now() end,
+           credential_snapshot = case when add_state = 'not_added' then null else credential_snapshot end,
+           quota_slot = case when add_state = 'not_added' then null else quota_slot end,
+           next_attempt_at = case when add_state = 'pending'
+             then greatest(app_now(), created_at + $3 * interval '1 millisecond') else app_now() end,
+           updated_at = app_now()
+       where installation_id = $1 and source_message_id = $2
+         and settled_at is null and cleaned_at is null and abandoned_at is null
+       returning id, add_state
+     )
+     select id from settled where add_state <> 'not_added'`,
+    [input.installationId, input.messageId, UNCERTAIN_SWEEP_AFTER_MS],
+  );
+  return rows.map((r) => r.id);
+}
