@@ -1,8 +1,16 @@
 import { env, exports } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { type Agent, setAgentOverride } from '../../workers/agents';
-import { engineSuite, fireDebounce, newChat, pump, say, untilSettled } from '../channel/helpers';
-import { installApp } from '../lark/helpers';
+import {
+  engineSuite,
+  fireDebounce,
+  newChat,
+  pump,
+  say,
+  submitAwaitable,
+  untilSettled,
+} from '../channel/helpers';
+import { buildEvent, installApp } from '../lark/helpers';
 import { BASE, signIn } from './helpers';
 
 /**
@@ -36,6 +44,9 @@ describe('conversation inspector', { timeout: 90_000 }, () => {
       [messageId],
     );
     const sender = rows[0]!.sender_open_id;
+    // The user recalls it afterwards: the recall is on the timeline too.
+    const recalled = await buildEvent(app, { type: 'recall', message_id: messageId, chat_id: chat.chatId });
+    await (await submitAwaitable(app, recalled.request)).afterAnswer;
 
     for (const [q, via] of [
       [chat.chatId, 'chat'],
@@ -55,7 +66,7 @@ describe('conversation inspector', { timeout: 90_000 }, () => {
       ).toContainEqual([chat.sessionId, via]);
       expect(body.conversation?.id).toBe(chat.sessionId);
       const kinds = new Set(body.timeline.map((e) => e.kind));
-      for (const k of ['input', 'turn', 'badge', 'effect', 'mailbox'])
+      for (const k of ['input', 'turn', 'badge', 'effect', 'mailbox', 'recall'])
         expect(kinds, `${q}: ${k}`).toContain(k);
       expect(body.timeline.some((e) => e.kind === 'turn' && e.summary === 'turn 1 failed')).toBe(true);
       expect(body.timeline.some((e) => e.kind === 'effect' && /channel\.reply/.test(e.summary))).toBe(true);

@@ -6,7 +6,7 @@ import type { Queryable } from '../effects/types';
  * conversations by Lark chat id, message id or sender open_id, and lays one conversation out
  * on one timeline: its inputs, turns (generations, outcome, re-runs), the agent's and Lark's
  * errors as the effects recorded them, every typing badge row with its attempts and outcome,
- * failure notices, and the effects and mailbox messages behind them. Read-only, bounded (the
+ * failure notices, recalls and recalled replies, and the effects and mailbox messages behind them. Read-only, bounded (the
  * newest rows of each kind), and never a message's text, a payload or a credential: an
  * operator sees what happened, not what users wrote.
  */
@@ -38,7 +38,7 @@ export interface ConversationMatch {
 /** One point of the conversation's history: what, when, and its fields (ids and codes only). */
 export interface TimelineEntry {
   at: string | null;
-  kind: 'input' | 'turn' | 'badge' | 'effect' | 'mailbox' | 'notice';
+  kind: 'input' | 'turn' | 'badge' | 'effect' | 'mailbox' | 'notice' | 'recall';
   summary: string;
   detail: Record<string, unknown>;
 }
@@ -90,10 +90,18 @@ export async function conversationTimeline(db: Queryable, sessionId: string): Pr
          from actor_mailbox where instance_id = $1 order by id desc limit $2`,
     `select turn_no, kind, message_id, add_attempts, posted_at, created_at
          from channel_failure_notices where session_id = $1 order by turn_no desc limit $2`,
+    `select r.message_id, r.recall_type, r.recorded_at
+         from channel_recalled_messages r join channel_conversations c on c.installation_id = r.installation_id
+        where c.id = $1 and r.message_id in (select message_id from lark_inbound_messages where session_id = $1)
+        order by r.recorded_at desc limit $2`,
+    `select turn_no, reply_message_id, attempts, outcome, lark_code, created_at, finished_at
+         from channel_reply_deletions where session_id = $1 order by turn_no desc limit $2`,
   ];
   const results: { rows: Record<string, unknown>[] }[] = [];
   for (const sql of statements) results.push(await db.query<Record<string, unknown>>(sql, args));
-  const [inputs, turns, badges, effects, mailbox, notices] = results as [
+  const [inputs, turns, badges, effects, mailbox, notices, recalls, deletions] = results as [
+    (typeof results)[0],
+    (typeof results)[0],
     (typeof results)[0],
     (typeof results)[0],
     (typeof results)[0],
@@ -150,6 +158,20 @@ export async function conversationTimeline(db: Queryable, sessionId: string): Pr
       at: iso(r.created_at),
       kind: 'notice',
       summary: `failure notice (${r.kind}) for turn ${r.turn_no}: ${r.posted_at ? 'posted' : 'not posted yet'}`,
+      detail: r,
+    });
+  for (const r of recalls.rows)
+    out.push({
+      at: iso(r.recorded_at),
+      kind: 'recall',
+      summary: `message ${r.message_id} recalled by its user${r.recall_type ? ` (${r.recall_type})` : ''}`,
+      detail: r,
+    });
+  for (const r of deletions.rows)
+    out.push({
+      at: iso(r.finished_at ?? r.created_at),
+      kind: 'notice',
+      summary: `reply ${r.reply_message_id} of turn ${r.turn_no} recalled too: ${r.outcome ?? 'pending'}${r.lark_code ? ` (Lark code ${r.lark_code})` : ''}`,
       detail: r,
     });
   // Newest first; entries without a time last.
