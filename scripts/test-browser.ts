@@ -119,7 +119,7 @@ async function startStack(databaseUrl: string) {
 }
 
 /** The seed: the two demos, a failing withdrawal, a dead letter, one maintenance run. */
-async function seed(base: string, db: pg.Client) {
+async function seed(base: string, db: pg.Client): Promise<{ chatId: string }> {
   check((await run(['scripts/demo.ts'], {}, 60_000)) === 0, 'npm run demo: badges on, reply, badges gone');
   check(
     (await run(['examples/mobile-client/demo.ts'], {}, 60_000)) === 0,
@@ -176,6 +176,45 @@ async function seed(base: string, db: pg.Client) {
     'a maintenance run to be recorded',
     async () => (await db.query('select 1 from typing_maintenance_runs')).rowCount,
   );
+  return { chatId: lark.chatId };
+}
+
+/** The conversation inspector: found by chat id, one timeline, screenshot. */
+async function inspector(page: Page, consoleUrl: string, chatId: string) {
+  await page.goto(consoleUrl);
+  await Promise.all([page.waitForURL(/\/console\/inspect$/), page.click('[data-testid="inspect-link"]')]);
+  await page.fill('#q', chatId);
+  await Promise.all([
+    page.waitForURL(/\/console\/inspect\?q=/),
+    page.click('[data-testid="inspect-search"] button'),
+  ]);
+  check(
+    (await page.locator('[data-testid="inspect-matches"] tr').count()) > 1,
+    'inspector: the chat is found',
+  );
+  for (const kind of ['input', 'turn', 'badge', 'effect'])
+    check(
+      (await page.locator(`[data-testid="inspect-timeline"] tr[data-kind="${kind}"]`).count()) > 0,
+      `inspector: the timeline shows the conversation's ${kind} rows`,
+    );
+  await page.locator('#panel-inspect').screenshot({ path: join(results, 'console-inspect.png') });
+}
+
+/** Pause, then resume (answering the backlog), from the Lark panel; both audited. */
+async function pauseResume(page: Page, consoleUrl: string) {
+  await page.goto(consoleUrl);
+  await act(page, 'lark', 'installation-pause');
+  check(
+    (await page.locator('#panel-lark form[data-action="installation-resume"]').count()) > 0,
+    'pause: the installation offers Resume',
+  );
+  await page.locator('#panel-lark').screenshot({ path: join(results, 'console-paused.png') });
+  await act(page, 'lark', 'installation-resume');
+  const audit = (await page.locator('#panel-audit').textContent()) ?? '';
+  check(
+    /installation-pause/.test(audit) && /installation-resume/.test(audit),
+    'pause and resume are audited',
+  );
 }
 
 const BULK_INSTALLATION = 'li_browserbulk';
@@ -230,7 +269,7 @@ async function act(page: Page, panel: string, name: string) {
   await Promise.all([page.waitForURL(/\/console(#.*)?$/), form.locator('button[type=submit]').click()]);
 }
 
-async function drive(consoleUrl: string) {
+async function drive(consoleUrl: string, chatId: string) {
   const profile = mkdtempSync(join(tmpdir(), 'console-chromium-'));
   cleanups.push(() => rmSync(profile, { recursive: true, force: true }));
   const context = await chromium.launchPersistentContext(profile, {
@@ -328,6 +367,8 @@ async function drive(consoleUrl: string) {
   await page.screenshot({ path: join(results, 'console.png'), fullPage: true });
 
   await bulkDeadLetters(page);
+  await inspector(page, consoleUrl, chatId);
+  await pauseResume(page, consoleUrl);
   await csrfMissingRefused(page);
 }
 
@@ -352,9 +393,9 @@ try {
   const db = new pg.Client({ connectionString: databaseUrl, statement_timeout: 5000 });
   await db.connect();
   cleanups.push(() => db.end());
-  await seed(base, db);
+  const { chatId } = await seed(base, db);
   say(`seeded in ${Math.round((Date.now() - started) / 1000)} s`);
-  await drive(consoleUrl);
+  await drive(consoleUrl, chatId);
   say(`passed in ${Math.round((Date.now() - started) / 1000)} s; screenshots in test-results/console-*.png`);
 } catch (err) {
   console.error(`[browser] ${(err as Error).stack ?? err}`);
