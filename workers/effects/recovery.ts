@@ -20,37 +20,41 @@ const TX_BUDGET_MS = 5000;
 export const WAKE_BUDGET_MS = 2000;
 
 /**
- * Wakes after commit, started without waiting (a decision never waits for a host), at most
- * once per instance per pass, each bounded by WAKE_BUDGET_MS and the pass's own deadline.
- * `settle()` waits for those still running, within the same bounds. A failure (or a wake past
- * its bound) is logged once as `effect_wake_failed` and changes nothing committed.
+ * Wakes after the pass's commits, at most once per instance per pass: `after()` only notes the
+ * instance, and `settle()`, once every decision of the pass has committed, starts the wakes and
+ * waits for them, each bounded by WAKE_BUDGET_MS and the pass's own deadline. Waking at the
+ * first commit instead could run a host's pump between two retirements of its effects and leave
+ * the second recovery message to the next minute's poll. A decision never waits for a host; a
+ * failure (or a wake past its bound) is logged once as `effect_wake_failed` and changes nothing
+ * committed.
  */
 class Wakes {
-  private readonly started = new Map<string, Promise<void>>();
+  private readonly noted = new Set<string>();
   constructor(
     private readonly wake: WakeFn | undefined,
     private readonly deadline: Deadline,
   ) {}
 
   after(instanceId: string): void {
-    if (!this.wake || this.started.has(instanceId)) return;
-    const ms = Math.max(1, this.deadline.slice(WAKE_BUDGET_MS));
+    if (this.wake) this.noted.add(instanceId);
+  }
+
+  settle(): Promise<unknown> {
     const wake = this.wake;
-    this.started.set(
-      instanceId,
-      withTimeout(
+    if (!wake) return Promise.resolve();
+    const started = [...this.noted].map((instanceId) => {
+      const ms = Math.max(1, this.deadline.slice(WAKE_BUDGET_MS));
+      return withTimeout(
         Promise.resolve().then(() => wake(instanceId)),
         ms,
         () => new Error(`wake-up did not answer within ${ms} ms`),
       ).then(
         () => undefined,
         (err: unknown) => log.warn('effect_wake_failed', { instanceId, error: err }),
-      ),
-    );
-  }
-
-  settle(): Promise<unknown> {
-    return Promise.all(this.started.values());
+      );
+    });
+    this.noted.clear();
+    return Promise.all(started);
   }
 }
 
