@@ -1,10 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';
 import { freePort } from '../../scripts/lib/postgres';
 import { fireStartupPasses, startCronTicker } from '../../scripts/lib/ticker';
+import { startHoldingAgent } from '../lib/holding-agent';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 import { buildDelivery, postEvent, setupApp, startWorker } from './50-channel';
@@ -25,28 +24,8 @@ import { buildDelivery, postEvent, setupApp, startWorker } from './50-channel';
 export async function run(stack: BenchStack): Promise<BenchRow[]> {
   const bridge = await startBridge();
   const lark = await startLarkEmulator({ rateLimits: false });
-  let firstCallSeen: (() => void) | undefined;
-  let holdFirst = true;
-  const held: (() => void)[] = [];
-  const agent = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => {
-      body += c;
-    });
-    req.on('end', () => {
-      const turn = JSON.parse(body) as { generation: number };
-      const answer = () => {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ text: `reply to generation ${turn.generation}` }));
-      };
-      if (turn.generation === 1 && holdFirst) {
-        firstCallSeen?.();
-        held.push(answer); // never answered before the kill: its caller dies with the runtime
-      } else answer();
-    });
-  });
-  await new Promise<void>((r) => agent.listen(0, '127.0.0.1', r));
-  const agentUrl = `http://127.0.0.1:${(agent.address() as AddressInfo).port}/`;
+  const agent = await startHoldingAgent();
+  const agentUrl = agent.url;
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   const adminToken = `bench-admin-${randomBytes(12).toString('hex')}`;
@@ -72,10 +51,10 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     const { installationId, appId } = await setupApp(base, adminToken, lark.url);
     for (let t = 0; t < trials * points.length; t++) {
       const point = points[t % points.length]!;
-      holdFirst = point === 'agent call';
+      agent.holdFirst = point === 'agent call';
       const chat = `crash-${t}-${randomBytes(3).toString('hex')}`;
       const inFlight = new Promise<void>((r) => {
-        firstCallSeen = r;
+        agent.firstCallSeen = r;
       });
       const mark = lark.calls.length;
       const status = await postEvent(base, installationId, await buildDelivery(lark.url, appId, chat));
@@ -94,7 +73,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       await new Promise<void>((r) =>
         worker.process.exitCode !== null ? r() : worker.process.once('exit', () => r()),
       );
-      for (const answer of held.splice(0)) answer(); // the dead runtime's socket is gone anyway
+      agent.releaseHeld(); // the dead runtime's socket is gone anyway
       worker = await startWorker(vars, port, { keepState: true });
       const restartedAt = performance.now();
       // As a restarted `npm run dev` does (scripts/dev.ts): the passes the dead runtime owed.

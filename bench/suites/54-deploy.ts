@@ -1,7 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startLarkEmulator } from '../../emulator/server';
@@ -10,6 +8,7 @@ import { freePort } from '../../scripts/lib/postgres';
 import { releaseTree } from '../../scripts/lib/previous-release';
 import { fireStartupPasses, startCronTicker } from '../../scripts/lib/ticker';
 import { startWranglerDev, type WranglerDev } from '../../scripts/lib/wrangler-dev';
+import { startHoldingAgent } from '../lib/holding-agent';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 import { buildDelivery, postEvent, setupApp } from './50-channel';
@@ -36,28 +35,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   const bridge = await startBridge();
   const lark = await startLarkEmulator({ rateLimits: false });
   const stateRoot = await mkdtemp(join(tmpdir(), 'reaction-ledger-bench-deploy-'));
-  let firstCallSeen: (() => void) | undefined;
-  let holdFirst = true;
-  const held: (() => void)[] = [];
-  const agent = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => {
-      body += c;
-    });
-    req.on('end', () => {
-      const turn = JSON.parse(body) as { generation: number };
-      const answer = () => {
-        if (res.destroyed) return;
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ text: `reply to generation ${turn.generation}` }));
-      };
-      if (turn.generation === 1 && holdFirst) {
-        firstCallSeen?.();
-        held.push(answer); // answered only after the old runtime is gone: its caller is gone too
-      } else answer();
-    });
-  });
-  await new Promise<void>((r) => agent.listen(0, '127.0.0.1', r));
+  const agent = await startHoldingAgent();
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   const adminToken = `bench-admin-${randomBytes(12).toString('hex')}`;
@@ -67,7 +45,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     ADMIN_TOKEN: adminToken,
     SECRET_KEYS: JSON.stringify({ '1': randomBytes(32).toString('base64') }),
     LARK_API_BASE: lark.url,
-    AGENT_URL: `http://127.0.0.1:${(agent.address() as AddressInfo).port}/`,
+    AGENT_URL: agent.url,
     AGENT_SIGNING_SECRET: randomBytes(24).toString('hex'),
     LOG_LEVEL: 'error',
   };
@@ -122,10 +100,10 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
           const persistTo = await mkdtemp(join(stateRoot, 'state-'));
           worker = await boot(dir.from, persistTo);
           const { installationId, appId } = await setupApp(base, adminToken, lark.url);
-          holdFirst = point === 'agent call';
+          agent.holdFirst = point === 'agent call';
           const chat = `deploy-${t}-${randomBytes(3).toString('hex')}`;
           const inFlight = new Promise<void>((r) => {
-            firstCallSeen = r;
+            agent.firstCallSeen = r;
           });
           const mark = lark.calls.length;
           const status = await postEvent(base, installationId, await buildDelivery(lark.url, appId, chat));
@@ -139,7 +117,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
             }
           const deployedAt = performance.now();
           await stop(worker);
-          for (const answer of held.splice(0)) answer();
+          agent.releaseHeld();
           worker = await boot(dir.to, persistTo);
           const servingAt = performance.now();
           void fireStartupPasses([{ baseUrl: base, crons: ['* * * * *'] }], () => undefined);

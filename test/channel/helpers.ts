@@ -90,7 +90,7 @@ export async function sayAwaitable(
 export async function submitAwaitable(
   app: TestApp,
   request: { headers: Record<string, string>; body: string },
-): Promise<{ afterAnswer: Promise<void> }> {
+): Promise<{ afterAnswer: Promise<void>; body: Record<string, unknown> }> {
   const ctx = createExecutionContext();
   const res = await worker.fetch(
     new Request(`http://test/lark/events/${app.installationId}`, {
@@ -102,7 +102,8 @@ export async function submitAwaitable(
     ctx,
   );
   expect(res.status).toBe(200);
-  return { afterAnswer: waitOnExecutionContext(ctx) };
+  const body = (await res.json()) as Record<string, unknown>;
+  return { afterAnswer: waitOnExecutionContext(ctx), body };
 }
 
 export const host = (chat: Chat) => actorHostStub(env, chat.sessionId);

@@ -1,10 +1,4 @@
-import {
-  abortAllDurableObjects,
-  createExecutionContext,
-  runDurableObjectAlarm,
-  waitOnExecutionContext,
-} from 'cloudflare:test';
-import { env } from 'cloudflare:workers';
+import { abortAllDurableObjects, runDurableObjectAlarm } from 'cloudflare:test';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type Agent, setAgentOverride } from '../../workers/agents';
 import { REPLY_DELETE_KIND } from '../../workers/channel/reply-deletion';
@@ -12,7 +6,6 @@ import { registerProcess } from '../../workers/effects/processes';
 import { effectRegistry } from '../../workers/effects/registry';
 import { drainInstance, runClaimedEffects } from '../../workers/effects/runner';
 import { effectConfig } from '../../workers/effects/types';
-import worker from '../../workers/index';
 import { advanceDbClock, blockedBehindAll } from '../helpers/db';
 import { buildEvent, emu, emuCards, releaseHeld, type TestApp, untilHeld } from '../lark/helpers';
 import {
@@ -25,6 +18,7 @@ import {
   pump,
   repliesTo,
   sayAwaitable,
+  submitAwaitable,
   textOf,
   turns,
   typingOn,
@@ -41,24 +35,7 @@ async function recall(
   spec: { message_id: string; chat_id?: string; event_id?: string; shape?: 'nested'; withdraw?: false },
 ): Promise<{ body: Record<string, unknown>; afterAnswer: Promise<void> }> {
   const built = await buildEvent(app, { type: 'recall', ...spec });
-  return fetchWebhook(app, built.request);
-}
-
-/** A delivery through the Worker's handler: its 200 answer's body, and what it left in waitUntil. */
-async function fetchWebhook(app: TestApp, request: { headers: Record<string, string>; body: string }) {
-  const ctx = createExecutionContext();
-  const res = await worker.fetch(
-    new Request(`http://test/lark/events/${app.installationId}`, {
-      method: 'POST',
-      headers: request.headers,
-      body: request.body,
-    }),
-    env,
-    ctx,
-  );
-  expect(res.status).toBe(200);
-  const body = (await res.json()) as Record<string, unknown>;
-  return { body, afterAnswer: waitOnExecutionContext(ctx) };
+  return submitAwaitable(app, built.request);
 }
 
 /** A user message in the chat, its badge on once the webhook's after-answer work is done. */
@@ -174,13 +151,13 @@ describe('recalled messages (issue 33 item 2)', { timeout: 40_000 }, () => {
     });
     const m2Id = m2.message_id!;
     const holder = await pool.connect();
-    let accepting: ReturnType<typeof fetchWebhook>;
+    let accepting: ReturnType<typeof submitAwaitable>;
     try {
       await holder.query('begin');
       const pid = (await holder.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
       await holder.query('select 1 from channel_conversations where id = $1 for update', [chat.sessionId]);
       // The accept statement takes its snapshot, then waits on the conversation row.
-      accepting = fetchWebhook(suite.app, m2.request);
+      accepting = submitAwaitable(suite.app, m2.request);
       await blockedBehindAll(pool, pid, 1);
       const r = await recall(suite.app, { message_id: m2Id, withdraw: false });
       expect(r.body).toEqual({ ok: true, recalled: true });
@@ -367,10 +344,10 @@ describe('recalled messages (issue 33 item 2)', { timeout: 40_000 }, () => {
     const chat = newChat(suite.app);
     const anchor = await badgedMessage(chat, 'twice');
     const built = await buildEvent(suite.app, { type: 'recall', message_id: anchor });
-    const first = await fetchWebhook(suite.app, built.request);
+    const first = await submitAwaitable(suite.app, built.request);
     await first.afterAnswer;
     expect(first.body).toEqual({ ok: true, recalled: true });
-    const again = await fetchWebhook(suite.app, built.request);
+    const again = await submitAwaitable(suite.app, built.request);
     expect(again.body).toEqual({ ok: true, duplicate: true });
     const other = await recall(suite.app, { message_id: anchor });
     expect(other.body).toEqual({ ok: true, duplicate: true });
@@ -398,7 +375,7 @@ describe('recalled messages (issue 33 item 2)', { timeout: 40_000 }, () => {
     });
     await (await recall(suite.app, { message_id: msg.message_id })).afterAnswer;
     const built = await buildEvent(suite.app, { message_id: msg.message_id });
-    const { body, afterAnswer } = await fetchWebhook(suite.app, built.request);
+    const { body, afterAnswer } = await submitAwaitable(suite.app, built.request);
     expect(body).toEqual({ ok: true, unanswered: 'recalled' });
     await afterAnswer;
     expect(await ledgerRows(pool, msg.message_id)).toEqual([]);
