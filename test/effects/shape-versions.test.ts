@@ -81,6 +81,31 @@ describe('shape versions: the previous is read, a newer one is refused visibly',
     expect(JSON.stringify(events)).not.toContain('from a newer release');
   });
 
+  it('shape_versions.effect_results: a result of a newer version inside its completion callback is refused like the message itself', async () => {
+    const inst = await newInstance(pool, 'shapes-v2');
+    const effectId = '01a23775-70b3-7097-bab1-724f45773faf';
+    // As effects_complete writes it (applications may not enqueue `effect:` keys).
+    await pool.query(`insert into actor_mailbox (instance_id, message_key, payload) values ($1, $2, $3)`, [
+      inst,
+      `effect:${effectId}:completed`,
+      { effectId, result: withShapeVersion({ replied: true }, 3) },
+    ]);
+    const logs = captureLogLines({ quiet: true });
+    try {
+      await expect(drainInstance(pool, registry, inst, config)).rejects.toMatchObject({
+        details: {
+          reason: 'shape_version_unsupported',
+          shape: 'shapes-v2 effect result',
+          version: 3,
+          known: 2,
+        },
+      });
+    } finally {
+      logs.restore();
+    }
+    expect(await mailboxRow(inst, `effect:${effectId}:completed`)).toEqual({ state: 'pending', attempts: 0 });
+  });
+
   it('shape_versions.state: actor state written at a newer version is refused before the handler runs', async () => {
     const inst = await newInstance(pool, 'shapes-v2');
     const row = await loadInstance(pool, inst);

@@ -64,11 +64,19 @@ export async function drainStep(
     // misread), outside the try below so it is not counted as a failed delivery; the pump fails
     // and retries, and the newer release, serving this object within the rollout, reads it.
     refuseNewerShape(`${inst.actor_type} state`, inst.state, actor.stateVersion ?? 1, { instanceId });
-    if (msg)
-      refuseNewerShape(`${inst.actor_type} message`, msg.payload, actor.messageVersion ?? 1, {
-        instanceId,
-        messageId: msg.id,
-      });
+    if (msg) {
+      const where = { instanceId, messageId: msg.id };
+      refuseNewerShape(`${inst.actor_type} message`, msg.payload, actor.messageVersion ?? 1, where);
+      // An effect's result reaches its actor inside the runtime's `:completed` callback
+      // ({effectId, result}): the result is a shape the actor reads, under the same version.
+      if (COMPLETED_CALLBACK_KEY.test(msg.message_key))
+        refuseNewerShape(
+          `${inst.actor_type} effect result`,
+          (msg.payload as { result?: unknown } | null)?.result,
+          actor.messageVersion ?? 1,
+          where,
+        );
+    }
     try {
       const turn = await runHandler(pool, actor, inst, event, nowMs);
       const checkRequestIds = await commitTurn(pool, inst, msg, turn, config);
@@ -236,6 +244,9 @@ async function refuseUnlessBound(pool: Pool, instanceId: string, handle: EffectH
       { effectId: handle.effectId },
     );
 }
+
+/** `effect:<id>:completed`, the runtime's completion callback (effects_complete). */
+const COMPLETED_CALLBACK_KEY = /^effect:[0-9a-f-]{36}:completed$/;
 
 /** `effect:<id>:recovery`, the runtime's retirement callback (types.ts `recoveryKey`). */
 const RECOVERY_CALLBACK_KEY = /^effect:([0-9a-f-]{36}):recovery$/;
