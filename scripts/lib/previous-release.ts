@@ -18,7 +18,10 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const RECORD = join(ROOT, 'scripts/previous-release.json');
 
 export interface PreviousRelease {
+  /** The commit (a clone without tags finds it too). */
   ref: string;
+  /** Its release tag, for people. */
+  tag?: string;
   why: string;
 }
 

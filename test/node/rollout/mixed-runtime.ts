@@ -31,6 +31,8 @@ export interface MixedRuntime {
 export async function startMixedRuntime(opts: {
   bundles: Record<Release, Bundles>;
   vars: Record<string, string>;
+  /** Per release, on top of `vars` (each release's own agent, say). */
+  releaseVars?: Partial<Record<Release, Record<string, string>>>;
   retentionVars: Record<string, string>;
   persistDir: string;
   onLog: (line: string) => void;
@@ -49,7 +51,7 @@ export async function startMixedRuntime(opts: {
         modules: true,
         modulesRoot: dirname(b.main),
         scriptPath: b.main,
-        bindings: { ...(main.bindings as object), ...opts.vars },
+        bindings: { ...(main.bindings as object), ...opts.vars, ...opts.releaseVars?.[release] },
         durableObjects: {
           ...objects,
           // Unused by the code: workerd defines a Worker's namespace only for a class one of its
