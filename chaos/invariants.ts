@@ -47,7 +47,13 @@ export const INVARIANTS: Record<string, Check> = {
         const inst = model.installations.find((i) => i.app.app_id === r.operator.operator_id)!;
         // docs/typing-ledger.md: rotated, then deleted before the withdrawal, or past the
         // seven-day lifetime in one clock jump: the badge is an operator's (manual removal).
-        if ((inst.rotated && inst.deleted) || expired.has(messageId)) {
+        // A message its user recalled is gone at Lark, with its reactions (the emulator keeps
+        // them, and refuses their delete with 231003).
+        if (
+          (inst.rotated && inst.deleted) ||
+          expired.has(messageId) ||
+          world.lark.state.messages.get(messageId)?.recalled
+        ) {
           exempt++;
           continue;
         }
@@ -102,7 +108,19 @@ export const INVARIANTS: Record<string, Check> = {
   async 'channel.every_message_answered_or_failed'(world, model) {
     const violations: string[] = [];
     let exempt = 0;
-    const accepted = new Set(model.events.filter((e) => e.status === 200).map((e) => e.messageId));
+    // A message its user recalled, or in a backlog a `drop` resume may have dropped, may go
+    // unanswered by design (issue 33; the controls invariants check those): its failure here
+    // is counted as exempt, never its success.
+    const dropped = (index: number, installation: number) =>
+      model.controls.drops.some((d) => d.inst === installation && index < d.events);
+    const accepted = new Set<string>();
+    const excusable = new Set<string>();
+    for (const [index, e] of model.events.entries()) {
+      if (e.status !== 200) continue;
+      accepted.add(e.messageId);
+      if (model.controls.recalled.has(e.messageId) || dropped(index, e.installation))
+        excusable.add(e.messageId);
+    }
     const inputs = await rows<{
       message_id: string;
       position: string;
@@ -127,7 +145,8 @@ export const INVARIANTS: Record<string, Check> = {
     for (const messageId of accepted) {
       const input = byMessage.get(messageId);
       if (!input) {
-        violations.push(`accepted ${messageId} has no recorded input`);
+        if (excusable.has(messageId)) exempt++;
+        else violations.push(`accepted ${messageId} has no recorded input`);
         continue;
       }
       const pos = Number(input.position);
@@ -140,7 +159,7 @@ export const INVARIANTS: Record<string, Check> = {
       const inst = model.installations.find((i) => i.id === input.installation_id);
       if (!turn || turn.outcome === null) {
         // A deleted installation's conversation cannot be answered; its input stays unturned.
-        if (inst?.deleted) exempt++;
+        if (inst?.deleted || excusable.has(messageId)) exempt++;
         else
           violations.push(
             `accepted ${messageId} (pos ${pos}) ${turn ? 'in an unsettled turn' : 'in no turn'}`,
@@ -345,6 +364,65 @@ export const INVARIANTS: Record<string, Check> = {
    * older than its table's rule allows, beyond the rule's period plus a 10-minute slack; and
    * no table grows beyond the work done (a backstop for the rules that depend on use).
    */
+  /** Issue 33: no turn of an installation starts after its pause was acknowledged, until a resume is sent. */
+  async 'controls.no_turn_while_paused'(world, model) {
+    const violations: string[] = [];
+    for (const p of model.controls.pauses) {
+      const inst = model.installations[p.inst]!;
+      const started = await rows<{ session_id: string; turn_no: number; started_ms: string }>(
+        world,
+        `select t.session_id, t.turn_no, (extract(epoch from t.started_at) * 1000)::bigint::text as started_ms
+           from chaos.turns t
+          where t.session_id in (select distinct session_id from chaos.inputs where installation_id = $1)
+            and t.started_at > to_timestamp($2 / 1000.0)
+            and ($3::bigint is null or t.started_at < to_timestamp($3 / 1000.0))`,
+        [inst.id, p.ackDbMs, p.resumeSentDbMs],
+      );
+      for (const t of started)
+        violations.push(
+          `turn ${t.session_id}#${t.turn_no} started at ${t.started_ms}, after the pause acknowledged at ${p.ackDbMs} (resume sent ${p.resumeSentDbMs ?? 'never'})`,
+        );
+    }
+    return { violations };
+  },
+
+  /** Issue 33: a failure notice is never decided for a turn whose reply was delivered. */
+  async 'controls.no_notice_for_delivered_turn'(world) {
+    const found = await rows<{ session_id: string; turn_no: number; kind: string }>(
+      world,
+      `select n.session_id, n.turn_no, n.kind from channel_failure_notices n
+         join chaos.turns t on t.session_id = n.session_id and t.turn_no = n.turn_no
+        where t.outcome = 'delivered'`,
+    );
+    return {
+      violations: found.map(
+        (n) => `a ${n.kind} failure notice for delivered turn ${n.session_id}#${n.turn_no}`,
+      ),
+    };
+  },
+
+  /** Issue 33: at most one notice per failed turn at Lark (a reply by its own uuid, or one reaction). */
+  async 'controls.at_most_one_notice_per_failed_turn'(world, model) {
+    const violations: string[] = [];
+    const apps = ourApps(model);
+    const notices = await rows<{ message_id: string; n: number }>(
+      world,
+      `select message_id, count(*)::int as n from channel_failure_notices where kind = 'reaction' group by message_id`,
+    );
+    for (const { message_id, n } of notices) {
+      const ours = (world.lark.state.reactions.get(message_id) ?? []).filter(
+        (r) =>
+          r.reaction_type.emoji_type === 'CrossMark' &&
+          r.operator.operator_type === 'app' &&
+          apps.has(r.operator.operator_id),
+      ).length;
+      if (ours > n) violations.push(`${ours} failure reactions on ${message_id} for ${n} failed turn(s)`);
+    }
+    // Replies: each notice posts with its own uuid; two messages with one uuid are caught by
+    // channel.at_most_one_reply_per_turn, which counts every uuid.
+    return { violations };
+  },
+
   async 'tables.bounded'(world, model) {
     const violations: string[] = [];
     for (const r of RETENTION_RULES) {

@@ -75,6 +75,16 @@ export type Step =
   | { op: 'rotate'; inst: number }
   | { op: 'delete_installation'; inst: number }
   | { op: 'reply_mode'; inst: number; mode: 'text' | 'card_stream' }
+  /** Operator controls (issue 33): a setting changed, a pause, a resume, a user's recall. */
+  | {
+      op: 'setting';
+      inst: number;
+      setting: 'failure_notice' | 'typing_badge' | 'recall_reply';
+      value: string;
+    }
+  | { op: 'pause'; inst: number }
+  | { op: 'resume'; inst: number; backlog: 'answer' | 'drop' }
+  | { op: 'recall'; ref: number }
   // mobile workload
   | { op: 'mobile_write'; actor: number; msg: number; emoji: number; desired: boolean; skipPut: boolean }
   | { op: 'mobile_replay'; ref: number }
@@ -142,6 +152,28 @@ const mobileWriteArb = (skipPut: fc.Arbitrary<boolean>) =>
     skipPut,
   });
 
+/** An operator's change of one of the settings the controls chaos covers (issue 33). */
+const settingArb: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({
+    op: fc.constant('setting' as const),
+    inst,
+    setting: fc.constant('failure_notice' as const),
+    value: fc.constantFrom('none', 'reaction', 'reply'),
+  }),
+  fc.record({
+    op: fc.constant('setting' as const),
+    inst,
+    setting: fc.constant('typing_badge' as const),
+    value: fc.constantFrom('on', 'off', 'quiet'),
+  }),
+  fc.record({
+    op: fc.constant('setting' as const),
+    inst,
+    setting: fc.constant('recall_reply' as const),
+    value: fc.constantFrom('off', 'on'),
+  }),
+);
+
 const workload: fc.Arbitrary<Step>[] = [
   fc.record({
     op: fc.constant('message' as const),
@@ -174,6 +206,14 @@ const workload: fc.Arbitrary<Step>[] = [
     inst,
     mode: fc.constantFrom('text' as const, 'card_stream' as const),
   }),
+  settingArb,
+  fc.record({ op: fc.constant('pause' as const), inst }),
+  fc.record({
+    op: fc.constant('resume' as const),
+    inst,
+    backlog: fc.constantFrom('answer' as const, 'drop' as const),
+  }),
+  fc.record({ op: fc.constant('recall' as const), ref }),
 ];
 
 const faults: fc.Arbitrary<Step>[] = [
@@ -346,12 +386,46 @@ const retentionStopEpisode = fc
   )
   .map((xs): Step[] => xs);
 
+/**
+ * The operator's controls against traffic (issue 33): a setting, messages, a pause racing them,
+ * perhaps a fault, a user's recall, the resume (answering or dropping the backlog).
+ */
+const controlsEpisode = fc
+  .tuple(
+    inst,
+    maybe(settingArb),
+    workload[0]!,
+    workload[0]!,
+    maybe(
+      fc.oneof(
+        fc.constant({ op: 'restart' as const, at: 'now' as const }),
+        fc.constant({ op: 'db_cut' as const }),
+      ),
+    ),
+    maybe(fc.record({ op: fc.constant('recall' as const), ref: fc.constantFrom(-1, -2) })),
+    fc.constantFrom('answer' as const, 'drop' as const),
+    maybe(settle),
+  )
+  .map(([i, setting, before, during, fault, recall, backlog, after]) =>
+    [
+      setting,
+      before,
+      { op: 'pause' as const, inst: i },
+      during,
+      fault,
+      recall,
+      { op: 'resume' as const, inst: i, backlog },
+      after,
+    ].filter((x): x is Step => x !== undefined),
+  );
+
 const episode: fc.Arbitrary<Step[]> = fc.oneof(
   { arbitrary: larkEpisode, weight: 3 },
   { arbitrary: streamEpisode, weight: 3 },
   { arbitrary: mobileEpisode, weight: 2 },
   { arbitrary: retentionEpisode, weight: 1 },
   { arbitrary: retentionStopEpisode, weight: 1 },
+  { arbitrary: controlsEpisode, weight: 2 },
   { arbitrary: stepArb.map((s) => [s]), weight: 3 },
 );
 

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { buildDelivery, messageReceivePayload } from '../emulator/events';
+import { buildDelivery, messageRecalledPayload, messageReceivePayload } from '../emulator/events';
 import type { AppRecord } from '../emulator/state';
 import { signActorToken } from '../workers/auth/sign';
 import {
@@ -82,6 +82,17 @@ export interface Model {
     /** Database times at which an enable was sent (answered or not). */
     enableSends: number[];
   };
+  /** The operator's controls and users' recalls (issue 33), for the controls invariants. */
+  controls: {
+    /** Acknowledged pauses: database time after the 200; database time before the next resume was sent. */
+    pauses: { inst: number; ackDbMs: number; resumeSentDbMs: number | null }[];
+    /** Resumes that drop the backlog (sent, answered or not): events sent before may go unanswered. */
+    drops: { inst: number; events: number }[];
+    /** Messages a user recalled (the recall sent, answered or not). */
+    recalled: Set<string>;
+    /** Any pause sent (answered or not). */
+    pauseSent?: boolean;
+  };
   seq: number;
 }
 
@@ -101,6 +112,7 @@ export function newModel(): Model {
     mobile: [],
     tokens: [],
     retention: { stopAcks: [], enableSends: [] },
+    controls: { pauses: [], drops: [], recalled: new Set() },
     seq: 0,
   };
 }
@@ -190,6 +202,34 @@ async function deliver(
     },
   );
   model.events.push({ installation: eventIndex, eventId, messageId, request, status: res?.status ?? 'lost' });
+}
+
+/**
+ * A resume of the installation (answering or dropping its backlog). The pause windows it closes
+ * end when it is sent: a turn may start as soon as it applies, never before it is sent.
+ */
+export async function resume(
+  world: World,
+  model: Model,
+  i: number,
+  backlog: 'answer' | 'drop',
+): Promise<boolean> {
+  const inst = model.installations[i]!;
+  if (inst.deleted) return false;
+  const sent = await world.dbNow();
+  for (const p of model.controls.pauses)
+    if (p.inst === i && p.resumeSentDbMs === null) p.resumeSentDbMs = sent;
+  if (backlog === 'drop') model.controls.drops.push({ inst: i, events: model.events.length });
+  const res = await world.admin(
+    `resume (${backlog}) installation ${i}`,
+    'POST',
+    `/admin/lark/installations/${inst.id}/resume`,
+    {
+      operator: 'chaos',
+      backlog,
+    },
+  );
+  return res !== null;
 }
 
 /** Runs one workload step. Faults are chaos/faults.ts's. */
@@ -288,6 +328,58 @@ export async function runWorkload(world: World, model: Model, step: Step): Promi
         `/admin/lark/installations/${inst.id}/settings`,
         { operator: 'chaos', settings: { reply_mode: step.mode } },
       );
+      return res !== null;
+    }
+    case 'setting': {
+      const inst = model.installations[step.inst]!;
+      if (inst.deleted) return false;
+      const res = await world.admin(
+        `setting ${step.setting}=${step.value} installation ${step.inst}`,
+        'PATCH',
+        `/admin/lark/installations/${inst.id}/settings`,
+        { operator: 'chaos', settings: { [step.setting]: step.value } },
+      );
+      return res !== null;
+    }
+    case 'pause': {
+      const inst = model.installations[step.inst]!;
+      if (inst.deleted) return false;
+      model.controls.pauseSent = true;
+      const res = await world.admin(
+        `pause installation ${step.inst}`,
+        'POST',
+        `/admin/lark/installations/${inst.id}/pause`,
+        {
+          operator: 'chaos',
+        },
+      );
+      // Acknowledged: from here no turn of the installation may start until a resume is sent.
+      if (res?.status === 200)
+        model.controls.pauses.push({ inst: step.inst, ackDbMs: await world.dbNow(), resumeSentDbMs: null });
+      return res !== null;
+    }
+    case 'resume':
+      return resume(world, model, step.inst, step.backlog);
+    case 'recall': {
+      const ev = pickRef(model.events, step.ref);
+      const msg = ev && world.lark.state.messages.get(ev.messageId);
+      if (!ev || !msg) return false;
+      const inst = model.installations[ev.installation]!;
+      // The user withdraws it at Lark, then Lark tells the app (the emulator's own recall).
+      msg.recalled = true;
+      model.controls.recalled.add(msg.message_id);
+      const payload = messageRecalledPayload(
+        inst.app,
+        { message_id: msg.message_id, chat_id: msg.chat_id },
+        world.lark.state.now(),
+        { eventId: World.id() + World.id() },
+      );
+      const request = buildDelivery(inst.app, payload, world.lark.state.now());
+      const res = await world.call(`recall ${msg.message_id.slice(-6)}`, `/lark/events/${inst.id}`, {
+        method: 'POST',
+        headers: request.headers,
+        body: request.body,
+      });
       return res !== null;
     }
     case 'mobile_write':
@@ -590,4 +682,8 @@ export async function operatorRetries(world: World, model: Model): Promise<void>
     );
     if (res && res.status < 300) inst.pendingSecret = undefined;
   }
+  // An installation a pause may still hold (a pause whose answer was lost counts too): resumed,
+  // answering its backlog, as an operator ends an incident. Every later turn is legitimate.
+  if (model.controls.pauseSent)
+    for (const i of model.installations.keys()) await resume(world, model, i, 'answer');
 }
