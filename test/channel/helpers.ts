@@ -2,7 +2,7 @@ import { createExecutionContext, runDurableObjectAlarm, waitOnExecutionContext }
 import { env } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll, afterEach, beforeAll, expect } from 'vitest';
-import { setAgentOverride } from '../../workers/agents';
+import { type Agent, setAgentOverride } from '../../workers/agents';
 import type { ConversationState } from '../../workers/channel/conversation';
 import { sessionIdOf } from '../../workers/channel/session';
 import type { TurnOutcome } from '../../workers/channel/typing-hooks';
@@ -189,4 +189,23 @@ export async function untilWithdrawn(chat: Chat, ids: string[], rounds = 5): Pro
     await pump(chat);
   }
   throw new Error(`Typing still on ${ids.join(', ')} after ${rounds} host rounds`);
+}
+
+/** An agent that is down: every generation of a turn fails. */
+export const brokenAgent: Agent = { name: 'broken', reply: () => Promise.reject(new Error('agent is down')) };
+
+/** One message whose turn fails (the agent is down for all its generations); the agent is back after. */
+export async function failedTurn(
+  pool: Pool,
+  chat: Chat,
+  text = 'please answer',
+): Promise<{ messageId: string; turn: TurnRow }> {
+  setAgentOverride(brokenAgent);
+  const messageId = await say(chat, text);
+  await pump(chat);
+  await fireDebounce(pool, chat);
+  const turn = await untilSettled(pool, chat, 1);
+  expect(turn.outcome).toBe('failed');
+  setAgentOverride(null);
+  return { messageId, turn };
 }

@@ -1,6 +1,5 @@
 import { env } from 'cloudflare:workers';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { type Agent, setAgentOverride } from '../../workers/agents';
 import { droppedExecutor } from '../../workers/channel/backlog';
 import { failureNoticeExecutor } from '../../workers/channel/failure-notice';
 import { replyExecutor, settledExecutor } from '../../workers/channel/reply';
@@ -12,18 +11,7 @@ import { effectConfig } from '../../workers/effects/types';
 import { type Env, loadConfig } from '../../workers/env';
 import { advanceDbClock } from '../helpers/db';
 import { installApp } from '../lark/helpers';
-import {
-  engineSuite,
-  fireDebounce,
-  newChat,
-  PAST_DEBOUNCE_MS,
-  pump,
-  repliesTo,
-  say,
-  stateOf,
-  turns,
-  untilSettled,
-} from './helpers';
+import { engineSuite, failedTurn, newChat, PAST_DEBOUNCE_MS, repliesTo, stateOf, turns } from './helpers';
 import { conversationActor as previousConversationActor } from './previous-release/conversation';
 
 /**
@@ -44,8 +32,6 @@ const previous = new EffectRegistry()
   .registerEffect(failureNoticeExecutor({ config }))
   .registerEffect(droppedExecutor({ config }));
 
-const brokenAgent: Agent = { name: 'broken', reply: () => Promise.reject(new Error('agent is down')) };
-
 let runner = '';
 beforeAll(async () => {
   runner = await registerProcess(pool, 'previous-release-host');
@@ -55,13 +41,7 @@ describe('re-run through the previous release (issue 33 item 4, rollout)', { tim
   it('rerun.previous_release_answers: a host on the previous release answers the re-run as inputs, under a new uuid', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    setAgentOverride(brokenAgent);
-    const messageId = await say(chat, 'answer me, old host');
-    await pump(chat);
-    await fireDebounce(pool, chat);
-    const failed = await untilSettled(pool, chat, 1);
-    expect(failed.outcome).toBe('failed');
-    setAgentOverride(null);
+    const { messageId, turn: failed } = await failedTurn(pool, chat, 'answer me, old host');
 
     // Accepted (no wake-up: this release's host is not asked); the old host handles it.
     expect(await rerunTurn(pool, app.installationId, failed.delivery_key)).toMatchObject({ inputs: 1 });

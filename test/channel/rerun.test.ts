@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type Agent, setAgentOverride } from '../../workers/agents';
+import { setAgentOverride } from '../../workers/agents';
 import { PAUSE_LOCK } from '../../workers/channel/pause';
 import { rerunTurn } from '../../workers/channel/rerun';
 import { effectRegistry } from '../../workers/effects/registry';
@@ -8,8 +8,10 @@ import { effectConfig } from '../../workers/effects/types';
 import { advanceDbClock, backendPid, blockedBehind } from '../helpers/db';
 import { admin, errorCode, installApp, type TestApp } from '../lark/helpers';
 import {
+  brokenAgent,
   type Chat,
   engineSuite,
+  failedTurn,
   fireDebounce,
   newChat,
   PAST_DEBOUNCE_MS,
@@ -17,7 +19,6 @@ import {
   repliesTo,
   say,
   stateOf,
-  type TurnRow,
   turns,
   untilSettled,
 } from './helpers';
@@ -26,25 +27,11 @@ import {
 const suite = engineSuite();
 const { pool } = suite;
 
-const brokenAgent: Agent = { name: 'broken', reply: () => Promise.reject(new Error('agent is down')) };
-
 const rerun = (app: TestApp, turnId: string, body: unknown = { operator: 'carol' }) =>
   admin(`/${app.installationId}/turns/${turnId}/rerun`, { body });
 const pause = (app: TestApp) => admin(`/${app.installationId}/pause`, { body: { operator: 'alice' } });
 const resume = (app: TestApp, backlog: string) =>
   admin(`/${app.installationId}/resume`, { body: { operator: 'bob', backlog } });
-
-/** One message whose turn fails (the agent is down for all its generations); the agent is back after. */
-async function failedTurn(chat: Chat, text = 'please answer'): Promise<{ messageId: string; turn: TurnRow }> {
-  setAgentOverride(brokenAgent);
-  const messageId = await say(chat, text);
-  await pump(chat);
-  await fireDebounce(pool, chat);
-  const turn = await untilSettled(pool, chat, 1);
-  expect(turn.outcome).toBe('failed');
-  setAgentOverride(null);
-  return { messageId, turn };
-}
 
 async function rerunColumns(chat: Chat) {
   const { rows } = await pool.query<{ turn_no: number; rerun_of: number | null; rerun: boolean }>(
@@ -96,7 +83,7 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
   it('rerun.happy: a new turn over the same inputs posts a reply under a new uuid, recorded with the operator', async () => {
     const app = suite.app;
     const chat = newChat(app);
-    const { messageId, turn } = await failedTurn(chat, 'first try fails');
+    const { messageId, turn } = await failedTurn(pool, chat, 'first try fails');
     expect(await repliesTo(messageId)).toEqual([]);
 
     const res = await rerun(app, turn.delivery_key);
@@ -132,7 +119,7 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
   it('rerun.refusals: 409 for a delivered turn and while paused; 404 for no such turn; 400 for a bad body; nothing written', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    const { turn } = await failedTurn(chat);
+    const { turn } = await failedTurn(pool, chat);
     const m2 = await say(chat, 'this one is answered');
     await pump(chat);
     await fireDebounce(pool, chat);
@@ -174,7 +161,7 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
   it('rerun.turn_running: refused while a turn of the chat runs, accepted once it has ended', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    const { turn } = await failedTurn(chat);
+    const { turn } = await failedTurn(pool, chat);
     await say(chat, 'a new question');
     await pump(chat);
     // The handler starts turn 2 (its reply effect not run yet: no host round).
@@ -198,7 +185,7 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
   it('rerun.one_waiting_per_chat: while one re-run of a chat waits to start, a re-run of its other failed turn is refused', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    const first = (await failedTurn(chat, 'one')).turn;
+    const first = (await failedTurn(pool, chat, 'one')).turn;
     setAgentOverride(brokenAgent);
     await say(chat, 'two');
     await pump(chat);
@@ -221,7 +208,7 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
   it('rerun.turn_started_before_handled: a re-run whose message arrives after a new turn started waits for that turn, never dropped', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    const { messageId, turn } = await failedTurn(chat);
+    const { messageId, turn } = await failedTurn(pool, chat);
     await say(chat, 'a new question');
     await pump(chat);
     await advanceDbClock(pool, PAST_DEBOUNCE_MS);
@@ -254,7 +241,7 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
   it('rerun.exactly_once_race: two requests for one turn, both queued behind the state-row lock, start one turn', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    const { messageId, turn } = await failedTurn(chat);
+    const { messageId, turn } = await failedTurn(pool, chat);
     const holder = await pool.connect();
     let answers: Response[];
     try {
@@ -286,7 +273,7 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
   it('rerun.pause_race_at_request: a re-run queued behind a pause reads it and is refused, writing nothing', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    const { turn } = await failedTurn(chat);
+    const { turn } = await failedTurn(pool, chat);
     const holder = await pool.connect();
     let refused: Response;
     let paused: Response;
@@ -322,7 +309,7 @@ describe('re-run a failed turn (issue 33 item 4)', { timeout: 90_000 }, () => {
       for (const backlog of ['answer', 'drop'] as const) {
         const app = await installApp();
         const chat = newChat(app);
-        const { messageId, turn } = await failedTurn(chat);
+        const { messageId, turn } = await failedTurn(pool, chat);
         if (order === 'handled_before_pause') {
           expect((await rerun(app, turn.delivery_key)).status).toBe(202);
           await pump(chat);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { uid } from '../helpers/db';
 import { newInstallationId, seedDeadLetters } from '../helpers/dead-letters';
-import { action, fixtures, post, type Signed, signIn } from './helpers';
+import { action, auditOf, fixtures, post, type Signed, signIn } from './helpers';
 
 /**
  * The console's bulk dead-letter actions: the preview shows the count and changes nothing, the
@@ -10,13 +10,7 @@ import { action, fixtures, post, type Signed, signIn } from './helpers';
  */
 const f = fixtures();
 
-async function audit(operator: string) {
-  const { rows } = await f.pool.query<{ action: string; target: string | null; outcome: string }>(
-    'select action, target, outcome from console_audit where operator = $1 order by id',
-    [operator],
-  );
-  return rows;
-}
+const audit = (operator: string) => auditOf(f.pool, operator);
 
 async function states(ids: string[]) {
   const { rows } = await f.pool.query<{ state: string; n: number }>(

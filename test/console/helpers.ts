@@ -76,3 +76,12 @@ export function fixtures() {
   });
   return f;
 }
+
+/** The console actions an operator ran (done or refused), in order: what `console_audit` recorded. */
+export async function auditOf(pool: Pick<Pool, 'query'>, operator: string) {
+  const { rows } = await pool.query<{ action: string; target: string | null; outcome: string }>(
+    'select action, target, outcome from console_audit where operator = $1 order by id',
+    [operator],
+  );
+  return rows;
+}

@@ -1,15 +1,6 @@
 import { env, exports } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
-import { type Agent, setAgentOverride } from '../../workers/agents';
-import {
-  engineSuite,
-  fireDebounce,
-  newChat,
-  pump,
-  say,
-  submitAwaitable,
-  untilSettled,
-} from '../channel/helpers';
+import { engineSuite, failedTurn, newChat, submitAwaitable } from '../channel/helpers';
 import { buildEvent, installApp } from '../lark/helpers';
 import { BASE, signIn } from './helpers';
 
@@ -20,7 +11,6 @@ import { BASE, signIn } from './helpers';
  */
 const suite = engineSuite();
 const { pool } = suite;
-const brokenAgent: Agent = { name: 'broken', reply: () => Promise.reject(new Error('agent is down')) };
 
 const admin = (query: string, token = env.ADMIN_TOKEN) =>
   exports.default.fetch(`${BASE}/admin/lark/conversations?${query}`, {
@@ -31,14 +21,8 @@ describe('conversation inspector', { timeout: 90_000 }, () => {
   it('inspect.find_and_timeline: a failed turn is found by chat, message and sender, laid out on one timeline, and offers its re-run', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    setAgentOverride(brokenAgent);
     const secretText = 'a message only its user should read';
-    const messageId = await say(chat, secretText);
-    await pump(chat);
-    await fireDebounce(pool, chat);
-    const failed = await untilSettled(pool, chat, 1);
-    setAgentOverride(null);
-    expect(failed.outcome).toBe('failed');
+    const { messageId, turn: failed } = await failedTurn(pool, chat, secretText);
     const { rows } = await pool.query<{ sender_open_id: string }>(
       'select sender_open_id from lark_inbound_messages where message_id = $1',
       [messageId],

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { uid } from '../helpers/db';
 import { admin } from '../lark/helpers';
 import { makeInstallation } from '../typing-ledger/helpers';
-import { action, fixtures, page, signIn } from './helpers';
+import { action, auditOf, fixtures, page, signIn } from './helpers';
 
 /** Issue 33 item 1: each installation's settings on the console, and the confirmed, audited change. */
 const f = fixtures();
@@ -12,13 +12,7 @@ const rowOf = (html: string, id: string) => html.split('<tr>').find((r) => r.inc
 const shown = (row: string, setting: string) =>
   new RegExp(`data-setting="${setting}">${setting} <b>([^<]*)</b>`).exec(row)?.[1];
 
-async function audit(operator: string) {
-  const { rows } = await f.pool.query<{ action: string; target: string | null; outcome: string }>(
-    'select action, target, outcome from console_audit where operator = $1 order by id',
-    [operator],
-  );
-  return rows;
-}
+const audit = (operator: string) => auditOf(f.pool, operator);
 
 describe('console: installation settings', () => {
   it('console.settings_shown: every setting of each installation is shown (defaults without a row), with the app’s Lark calls today', async () => {

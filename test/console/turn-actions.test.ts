@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { type Agent, setAgentOverride } from '../../workers/agents';
 import { readSettings } from '../../workers/installations/settings';
 import {
   engineSuite,
+  failedTurn,
   fireDebounce,
   newChat,
   pump,
@@ -14,7 +14,7 @@ import {
 } from '../channel/helpers';
 import { uid } from '../helpers/db';
 import { installApp } from '../lark/helpers';
-import { action, post, signIn } from './helpers';
+import { action, auditOf, post, signIn } from './helpers';
 
 /**
  * The console's re-run, pause and resume (issue 33 items 4 and 5): the admin routes' functions,
@@ -23,27 +23,13 @@ import { action, post, signIn } from './helpers';
 const suite = engineSuite();
 const { pool } = suite;
 
-const brokenAgent: Agent = { name: 'broken', reply: () => Promise.reject(new Error('agent is down')) };
-
-async function audit(operator: string) {
-  const { rows } = await pool.query<{ action: string; target: string | null; outcome: string }>(
-    'select action, target, outcome from console_audit where operator = $1 order by id',
-    [operator],
-  );
-  return rows;
-}
+const audit = (operator: string) => auditOf(pool, operator);
 
 describe('console: re-run, pause and resume', { timeout: 90_000 }, () => {
   it('console.turn_rerun: re-runs a failed turn once (a reply under a new uuid); a second try is refused and both are audited', async () => {
     const app = await installApp();
     const chat = newChat(app);
-    setAgentOverride(brokenAgent);
-    const messageId = await say(chat, 'fails first');
-    await pump(chat);
-    await fireDebounce(pool, chat);
-    const failed = await untilSettled(pool, chat, 1);
-    expect(failed.outcome).toBe('failed');
-    setAgentOverride(null);
+    const { messageId, turn: failed } = await failedTurn(pool, chat, 'fails first');
 
     const operator = uid('op');
     const s = await signIn(operator);
