@@ -6,6 +6,7 @@ import { fireStartupPasses, startCronTicker } from '../../scripts/lib/ticker';
 import { startHoldingAgent } from '../lib/holding-agent';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
+import { untilBadgeAdded, untilTurnSettled, visibleReplies } from '../lib/turn-watch';
 import { buildDelivery, postEvent, setupApp, startWorker } from './50-channel';
 
 /**
@@ -62,11 +63,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       if (point === 'agent call')
         await inFlight; // the reply effect is claimed, its agent call waits
       // The badge is on the message and the debounce runs: the turn has not started.
-      else
-        for (;;) {
-          if (lark.calls.slice(mark).some((c) => c.route === 'reactions.create' && c.status === 200)) break;
-          await new Promise((r) => setTimeout(r, 5));
-        }
+      else await untilBadgeAdded(lark, mark);
       const killedAt = performance.now();
       const pid = worker.process.pid!;
       process.kill(-pid, 'SIGKILL');
@@ -78,27 +75,16 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       const restartedAt = performance.now();
       // As a restarted `npm run dev` does (scripts/dev.ts): the passes the dead runtime owed.
       void fireStartupPasses([{ baseUrl: base, crons: ['* * * * *'] }], () => undefined);
-      for (;;) {
-        const { rows } = await db.query<{ outcome: string | null }>(
-          `select t.outcome from channel_turns t join channel_conversations c on c.id = t.session_id
-            where c.chat_id = $1`,
-          [`oc_${chat}`],
-        );
-        if (rows[0]?.outcome) break;
-        if (performance.now() - restartedAt > 180_000)
-          throw new Error('no reply within 180 s of the restart');
-        await new Promise((r) => setTimeout(r, 200));
-      }
+      await untilTurnSettled(db, chat, {
+        since: restartedAt,
+        limitMs: 180_000,
+        stepMs: 200,
+        what: `${point}, after the restart`,
+      });
       restartToReply.get(point)!.push(performance.now() - restartedAt);
       killToReply.get(point)!.push(performance.now() - killedAt);
       // At most one reply per turn, whatever the crash: one visible reply on the anchor.
-      const anchors = new Set(
-        lark.calls
-          .slice(mark)
-          .filter((c) => c.route === 'reply' && c.status === 200)
-          .map((c) => c.messageId!),
-      );
-      const replies = [...anchors].reduce((n, a) => n + lark.state.repliesTo(a).length, 0);
+      const replies = visibleReplies(lark, mark);
       if (replies !== 1) throw new Error(`${point}: the turn got ${replies} visible replies`);
       loads.push(
         (await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' '),

@@ -11,6 +11,7 @@ import { startWranglerDev, type WranglerDev } from '../../scripts/lib/wrangler-d
 import { startHoldingAgent } from '../lib/holding-agent';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
+import { untilBadgeAdded, untilTurnSettled, visibleReplies } from '../lib/turn-watch';
 import { buildDelivery, postEvent, setupApp } from './50-channel';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -109,38 +110,22 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
           const status = await postEvent(base, installationId, await buildDelivery(lark.url, appId, chat));
           if (status !== 200) throw new Error(`event answered ${status}`);
           if (point === 'agent call') await inFlight;
-          else
-            for (;;) {
-              if (lark.calls.slice(mark).some((c) => c.route === 'reactions.create' && c.status === 200))
-                break;
-              await new Promise((r) => setTimeout(r, 5));
-            }
+          else await untilBadgeAdded(lark, mark);
           const deployedAt = performance.now();
           await stop(worker);
           agent.releaseHeld();
           worker = await boot(dir.to, persistTo);
           const servingAt = performance.now();
           void fireStartupPasses([{ baseUrl: base, crons: ['* * * * *'] }], () => undefined);
-          for (;;) {
-            const { rows: turn } = await db.query<{ outcome: string | null }>(
-              `select t.outcome from channel_turns t join channel_conversations c on c.id = t.session_id
-                where c.chat_id = $1`,
-              [`oc_${chat}`],
-            );
-            if (turn[0]?.outcome) break;
-            if (performance.now() - servingAt > 180_000)
-              throw new Error(`${dir.name}, ${point}: no reply within 180 s of the deploy`);
-            await new Promise((r) => setTimeout(r, 100));
-          }
+          await untilTurnSettled(db, chat, {
+            since: servingAt,
+            limitMs: 180_000,
+            stepMs: 100,
+            what: `${dir.name}, ${point}, after the deploy`,
+          });
           toReply.push(performance.now() - servingAt);
           fromDeploy.push(performance.now() - deployedAt);
-          const anchors = new Set(
-            lark.calls
-              .slice(mark)
-              .filter((c) => c.route === 'reply' && c.status === 200)
-              .map((c) => c.messageId!),
-          );
-          const replies = [...anchors].reduce((n, a) => n + lark.state.repliesTo(a).length, 0);
+          const replies = visibleReplies(lark, mark);
           if (replies !== 1)
             throw new Error(`${dir.name}, ${point}: the turn got ${replies} visible replies`);
           await stop(worker);
