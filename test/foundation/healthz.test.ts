@@ -3,7 +3,7 @@ import { env, exports } from 'cloudflare:workers';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isolateGate, type Permit } from '../../workers/db/gate';
 import { poolStats } from '../../workers/db/pool';
-import { HEALTH_BUDGET_MS, HEALTH_GATE_WAIT_MS } from '../../workers/health/routes';
+import { HEALTH_BUDGET_MS, HEALTH_GATE_WAIT_MS, healthProbes } from '../../workers/health/routes';
 import worker from '../../workers/index';
 import { captureLogLines } from '../helpers/logs';
 
@@ -103,6 +103,24 @@ describe('GET /healthz under load (the isolate connection budget)', () => {
     expect(Math.max(...checks.map((c) => c.ms))).toBeLessThan(HEALTH_BUDGET_MS);
     expect(Math.min(...checks.map((c) => c.ms))).toBeGreaterThanOrEqual(HEALTH_GATE_WAIT_MS - 10);
     expect(isolateGate.snapshot()).toMatchObject({ held: capacity, waitingAnswer: 0 });
+  });
+  it('health.single_flight: 16 checks arriving while a probe waits for its place share it: one probe, one connection, 16 answers of db ok', async () => {
+    await exports.default.fetch('http://test/healthz');
+    const { capacity, backgroundCapacity } = isolateGate.snapshot();
+    await hold('background', backgroundCapacity);
+    await hold('answer', capacity - backgroundCapacity);
+    const before = { ...healthProbes, opened: poolStats.opened };
+    const checks = concurrentChecks(16);
+    // Every check has arrived (started a probe or joined one) while the first probe still waits
+    // at the gate (it gives up only after HEALTH_GATE_WAIT_MS); then one place frees.
+    const arrived = () => healthProbes.started + healthProbes.joined - before.started - before.joined;
+    for (let i = 0; i < 200 && arrived() < 16; i++) await new Promise((r) => setTimeout(r, 1));
+    expect(arrived()).toBe(16);
+    held.pop()?.release();
+    const answers = await checks;
+    expect(answers.map((c) => [c.status, c.db])).toEqual(Array(16).fill([200, 'ok']));
+    expect(healthProbes.started - before.started).toBe(1);
+    expect(poolStats.opened - before.opened).toBe(1);
   });
 });
 

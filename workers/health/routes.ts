@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import type { AppEnv } from '../context';
 import { ConnectionBudgetSpent, isolateGate } from '../db/gate';
 import { openPool } from '../db/pool';
+import type { Config } from '../env';
 import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 
@@ -17,10 +18,70 @@ export const HEALTH_BUDGET_MS = 2000;
  */
 export const HEALTH_GATE_WAIT_MS = 250;
 
+type DbHealth = 'ok' | 'busy' | 'down';
+
+/**
+ * The probe in flight per database, shared by every health check of the isolate that arrives
+ * while it runs (single flight). A monitor or load balancer polling from many places, or a
+ * burst of checks under load, costs one connection and one `select 1` at a time instead of
+ * one each: 64 concurrent checks used to open 64 backends on a busy isolate, the checks
+ * themselves then failing for want of CPU (issue 35 hole 11). An answer is never older than
+ * the probe it joined, which started at most HEALTH_BUDGET_MS before it; a check arriving
+ * after a probe settled starts a new one (nothing is cached).
+ *
+ * Keyed by the database the check's configuration names (a test may pass another env).
+ */
+const inflight = new Map<string, Promise<DbHealth>>();
+
+/** Probes started and checks that joined one in flight (the single-flight test reads them). */
+export const healthProbes = { started: 0, joined: 0 };
+
+function probeDatabase(config: Config, waitUntil: (p: Promise<unknown>) => void): Promise<DbHealth> {
+  const key = `${config.DATABASE_URL}\n${config.NEON_WS_PROXY ?? ''}`;
+  const running = inflight.get(key);
+  if (running) {
+    healthProbes.joined += 1;
+    return running;
+  }
+  healthProbes.started += 1;
+  // Started in a microtask so that it is in the map before any of it runs, however it ends.
+  const probe: Promise<DbHealth> = Promise.resolve()
+    .then(() => selectOne(config, waitUntil))
+    .finally(() => {
+      if (inflight.get(key) === probe) inflight.delete(key);
+    });
+  inflight.set(key, probe);
+  return probe;
+}
+
+async function selectOne(config: Config, waitUntil: (p: Promise<unknown>) => void): Promise<DbHealth> {
+  const pool = openPool(config, { max: 1, priority: 'answer', gateWaitMs: HEALTH_GATE_WAIT_MS });
+  try {
+    await withTimeout(pool.query('select 1'), HEALTH_BUDGET_MS, () => new Error('db timeout'));
+    return 'ok';
+  } catch (err) {
+    if (err instanceof ConnectionBudgetSpent) {
+      // Handled by design (above): the isolate is serving its budget's worth of connections.
+      // Logged at info (a saturated isolate's health checks would otherwise be a warning each);
+      // the refusals are counted by db_gate_wait_ms (refused, answer).
+      const { held, capacity, waitingAnswer } = isolateGate.snapshot();
+      log.info('health_db_busy', { held, capacity, waitingAnswer });
+      return 'busy';
+    }
+    // Logged once per probe, however many checks joined it.
+    log.warn('health_db_down', { error: err });
+    return 'down';
+  } finally {
+    // After the answer: ending waits for the socket, which the answer need not.
+    waitUntil(pool.end());
+  }
+}
+
 /**
  * GET /healthz: the database as the Worker sees it, through the Neon driver, on a connection of
  * its own taken as an `answer` (it passes waiting background work, and background work can
- * never hold the places kept for answers).
+ * never hold the places kept for answers), shared by the checks that arrive while it runs
+ * (`probeDatabase`).
  *
  * - 200 `db: "ok"`: `select 1` answered within HEALTH_BUDGET_MS.
  * - 200 `db: "busy"`: every place of the isolate's budget stayed in use for HEALTH_GATE_WAIT_MS.
@@ -38,29 +99,27 @@ export const health = new Hono<AppEnv>().get('/', async (c) => {
   // Optional: a direct app.request in a test may pass an env without the binding.
   const version = c.env.CF_VERSION_METADATA?.id;
   if (version) c.header('x-worker-version', version);
-  const pool = openPool(c.var.config, { max: 1, priority: 'answer', gateWaitMs: HEALTH_GATE_WAIT_MS });
-  try {
-    await withTimeout(pool.query('select 1'), HEALTH_BUDGET_MS, () => new Error('db timeout'));
-    return c.json({ status: 'ok', db: 'ok', latencyMs: Date.now() - started });
-  } catch (err) {
-    if (err instanceof ConnectionBudgetSpent) {
-      // Handled by design (above): the isolate is serving its budget's worth of connections.
-      // Logged at info (a saturated isolate's health checks would otherwise be a warning each);
-      // the refusals are counted by db_gate_wait_ms (refused, answer).
-      const { held, capacity, waitingAnswer } = isolateGate.snapshot();
-      log.info('health_db_busy', { held, capacity, waitingAnswer });
-      return c.json({ status: 'ok', db: 'busy', latencyMs: Date.now() - started });
-    }
-    log.warn('health_db_down', { error: err });
-    return c.json({ status: 'degraded', db: 'down', latencyMs: Date.now() - started }, 503);
-  } finally {
-    // After the answer: ending waits for the socket, which the answer need not.
-    const ending = pool.end();
+  const pending: Promise<unknown>[] = [];
+  const waitUntil = (p: Promise<unknown>) => {
     try {
-      c.executionCtx.waitUntil(ending);
+      c.executionCtx.waitUntil(p);
     } catch {
-      // By design: no execution context (a direct app.request in a test), so end it now.
-      await ending;
+      // By design: no execution context (a direct app.request in a test), so await it below.
+      pending.push(p);
     }
-  }
+  };
+  // Each check bounds its own wait: a joined probe whose first check went away still answers
+  // within the budget (a margin past it, so the probe's own timeout is the one seen).
+  const db = await withTimeout(
+    probeDatabase(c.var.config, waitUntil),
+    HEALTH_BUDGET_MS + 250,
+    () => new Error('db timeout'),
+  ).catch((err: unknown): DbHealth => {
+    log.warn('health_db_down', { error: err });
+    return 'down';
+  });
+  await Promise.all(pending);
+  const latencyMs = Date.now() - started;
+  if (db === 'down') return c.json({ status: 'degraded', db, latencyMs }, 503);
+  return c.json({ status: 'ok', db, latencyMs });
 });
