@@ -22,6 +22,13 @@ export async function groupCpuTicks(pgid: number): Promise<Map<string, number>> 
   return out;
 }
 
+/** CPU time (user + system, clock ticks) one process has used so far; 0 once it is gone. */
+export async function processCpuTicks(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return stat ? Number(f[11] ?? 0) + Number(f[12] ?? 0) : 0;
+}
+
 /** Milliseconds of CPU per item between two samples, one figure per command name. */
 export function cpuMsPer(before: Map<string, number>, after: Map<string, number>, items: number) {
   const per: Record<string, number> = {};

@@ -4,11 +4,12 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, URL } from 'node:url';
 import { startLarkEmulator } from '../../emulator/server';
 import { startBridge } from '../../scripts/lib/bridge';
+import { type PgBouncer, startPgBouncer } from '../../scripts/lib/pgbouncer';
 import { freePort } from '../../scripts/lib/postgres';
 import { startWranglerDev, type WranglerDev } from '../../scripts/lib/wrangler-dev';
-import { backendCpuTicks, CLK_TCK } from '../lib/backend-cpu';
+import { CLK_TCK, serverCpuTicks } from '../lib/backend-cpu';
 import { startCpuProfile } from '../lib/cpu-profile';
-import { cpuMsPer, groupCpuTicks } from '../lib/process-cpu';
+import { cpuMsPer, groupCpuTicks, processCpuTicks } from '../lib/process-cpu';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 
@@ -198,8 +199,20 @@ async function load(n: number, concurrency: number, call: (i: number) => Promise
 
 const loadAverage = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
+/**
+ * BENCH_CHANNEL_VIA=pgbouncer: the Worker reaches Postgres through PgBouncer in transaction mode
+ * (BENCH_POOL_SIZE server connections, default 20), the local stand-in for the Neon pooled
+ * endpoint production uses (README "Deploy"): backends are reused, as they are there, instead
+ * of one forked (and its catalog caches filled) per connection. Unset: the direct endpoint.
+ */
+const VIA_PGBOUNCER = process.env.BENCH_CHANNEL_VIA === 'pgbouncer';
+
 export async function run(stack: BenchStack): Promise<BenchRow[]> {
   const bridge = await countingBridge();
+  const pgbouncer: PgBouncer | undefined = VIA_PGBOUNCER
+    ? await startPgBouncer(stack.databaseUrl, { poolSize: Number(process.env.BENCH_POOL_SIZE ?? 20) })
+    : undefined;
+  const via = pgbouncer ? `, via PgBouncer pool ${process.env.BENCH_POOL_SIZE ?? 20}` : ', direct';
   const lark = await startLarkEmulator({ rateLimits: false });
   const port = await freePort();
   const profileFile = process.env.BENCH_CHANNEL_PROFILE;
@@ -207,7 +220,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
   const adminToken = `bench-admin-${randomBytes(12).toString('hex')}`;
   const worker = await startWorker(
     {
-      DATABASE_URL: stack.databaseUrl,
+      DATABASE_URL: pgbouncer ? pgbouncer.rewrite(stack.databaseUrl) : stack.databaseUrl,
       NEON_WS_PROXY: `127.0.0.1:${bridge.port}/v2`,
       ADMIN_TOKEN: adminToken,
       SECRET_KEYS: JSON.stringify({ '1': randomBytes(32).toString('base64') }),
@@ -259,20 +272,27 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
-  // CPU per request of the local Worker (workerd; wrangler's node proxy) and of this database's
-  // Postgres backends, from /proc, over the answer phase only (the turns after an answer run
-  // later and land in the next phase's window as background, at most; a backend that ended
-  // between the two samples counts nothing, so the Postgres figure is a floor). A figure the machine's
+  // CPU per request of the local Worker (workerd; wrangler's node proxy), of the Postgres server
+  // (every process of the bench's embedded server, backends that ended included) and of
+  // PgBouncer when used, from /proc, over the answer phase only (the turns after an answer run
+  // later and land in the next phase's window as background, at most). A figure the machine's
   // other load inflates less than latency does, so a loaded run still compares.
   const pgid = worker.process.pid ?? 0;
-  const cpuSample = async () => ({ group: await groupCpuTicks(pgid), pg: await backendCpuTicks(db) });
+  const bouncerPid = pgbouncer?.pid;
+  const cpuSample = async () => ({
+    group: await groupCpuTicks(pgid),
+    pg: await serverCpuTicks(db),
+    bouncer: bouncerPid ? await processCpuTicks(bouncerPid) : 0,
+  });
   type CpuSample = Awaited<ReturnType<typeof cpuSample>>;
   const cpuPer = (a: CpuSample, b: CpuSample, items: number) => {
     const per = cpuMsPer(a.group, b.group, items);
     const row: Record<string, number> = {};
     for (const [comm, ms] of Object.entries(per)) row[`${comm} CPU ms/req`] = ms;
-    row['postgres CPU ms/req'] =
-      Math.round((Math.max(0, b.pg - a.pg) * 100000) / CLK_TCK / Math.max(1, items)) / 100;
+    const msPer = (ticks: number) =>
+      Math.round((Math.max(0, ticks) * 100000) / CLK_TCK / Math.max(1, items)) / 100;
+    row['postgres CPU ms/req'] = msPer(b.pg - a.pg);
+    if (bouncerPid) row['pgbouncer CPU ms/req'] = msPer(b.bouncer - a.bouncer);
     return row;
   };
   let events = 0;
@@ -299,7 +319,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       const healthCost = await cpuSample().then((after) => cpuPer(healthCpu, after, n));
       rows.push({
         suite: 'channel',
-        case: `GET /healthz, ${concurrency} concurrent`,
+        case: `GET /healthz, ${concurrency} concurrent${via}`,
         n,
         'p50 ms': round(percentile(health.latencies, 50)),
         'p99 ms': round(percentile(health.latencies, 99)),
@@ -341,7 +361,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
       const afterTrips = hooks.reduce((a, c) => a + c.trips - c.answerTrips, 0);
       rows.push({
         suite: 'channel',
-        case: `webhook answer, ${concurrency} concurrent (signed+encrypted, ${chatLabel})`,
+        case: `webhook answer, ${concurrency} concurrent (signed+encrypted, ${chatLabel}${via})`,
         n,
         'p50 ms': round(percentile(hook.latencies, 50)),
         'p99 ms': round(percentile(hook.latencies, 99)),
@@ -388,6 +408,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     worker.stop();
     await lark.close();
     await bridge.close();
+    await pgbouncer?.stop();
   }
   return rows;
 }

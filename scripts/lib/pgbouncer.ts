@@ -23,6 +23,8 @@ export const PGBOUNCER_BIN = '/usr/sbin/pgbouncer';
 
 export interface PgBouncer {
   port: number;
+  /** Its process id (benches read its CPU time from /proc). */
+  pid: number | undefined;
   /** `url` with its host and port replaced by PgBouncer's. */
   rewrite(url: string): string;
   /** PgBouncer's own log so far (refusals show up here). */
@@ -106,6 +108,7 @@ log_disconnections = 0
   }
   return {
     port,
+    pid: child.pid,
     rewrite(url) {
       const u = new URL(url);
       u.hostname = '127.0.0.1';
