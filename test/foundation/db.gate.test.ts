@@ -149,6 +149,21 @@ describe('the isolate connection budget (DB_ISOLATE_MAX_CONNECTIONS)', () => {
     second.release();
     expect(gate.snapshot()).toMatchObject({ held: 0 });
   });
+  it('gate.expired_permits_reclaimed_oldest_first: every place held past the limit is taken back, those younger are kept (the scan stops at the first young one)', async () => {
+    let now = 1_000_000;
+    const gate = new ConnectionGate(3, () => now);
+    await gate.acquire('answer', 0);
+    now += 10;
+    await gate.acquire('answer', 0);
+    now += 10;
+    const young = await gate.acquire('answer', 0);
+    now += PERMIT_MAX_HOLD_MS - 10; // the first two are past the limit, the third is not
+    const next = await gate.acquire('answer', 0);
+    expect(gate.snapshot()).toMatchObject({ held: 2 });
+    young.release();
+    next.release();
+    expect(gate.snapshot()).toMatchObject({ held: 0 });
+  });
 });
 
 describe('the gate hand-off (issue 35 hole 11)', () => {

@@ -208,8 +208,11 @@ export class ConnectionGate {
   private reclaimExpired(): void {
     const now = this.now();
     let reclaimed = false;
+    // Oldest first: `held` iterates in grant order, so the first place held for less than the
+    // limit ends the scan. Every refused acquire runs this; scanning all 256 places each time
+    // was 3% of the isolate's CPU at 64 concurrent webhook events (bench 50's profile).
     for (const [id, h] of this.held) {
-      if (now - h.since < PERMIT_MAX_HOLD_MS) continue;
+      if (now - h.since < PERMIT_MAX_HOLD_MS) break;
       this.forget(id);
       reclaimed = true;
       log.error('db_gate_permit_expired', { priority: h.priority, heldMs: now - h.since });
