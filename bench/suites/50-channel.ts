@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 // Node's URL, not the Workers runtime's global type (tsconfig loads both).
 import { fileURLToPath, URL } from 'node:url';
 import { startLarkEmulator } from '../../emulator/server';
@@ -118,7 +118,18 @@ async function countingBridge() {
  * Durable Object state of the bench's wrangler dev, wiped before each run: an earlier run's
  * actor hosts keep their alarms and would pump (and take connections) in this one.
  */
-const BENCH_STATE = `${ROOT}.local/bench-wrangler`;
+/**
+ * On tmpfs where the machine has one (BENCH_WRANGLER_STATE to choose): local workerd creates each
+ * new Durable Object's SQLite file on the isolate's own thread, and on disk that was most of the
+ * ActorHost wake's synchronous cost in the webhook's profile (957 ms of 3.7 s busy at 64
+ * concurrent events, 322 ms on tmpfs; docs/benchmarks.md). Cloudflare runs the object's storage
+ * elsewhere, never on the webhook's isolate, so the disk's cost is the local runtime's, not ours.
+ */
+const BENCH_STATE =
+  process.env.BENCH_WRANGLER_STATE ??
+  (existsSync('/dev/shm')
+    ? `/dev/shm/reaction-ledger-bench-wrangler-${createHash('sha256').update(ROOT).digest('hex').slice(0, 8)}`
+    : `${ROOT}.local/bench-wrangler`);
 const BENCH_CONFIG = `${ROOT}.local/bench-wrangler.toml`;
 
 /**
@@ -200,18 +211,29 @@ async function load(n: number, concurrency: number, call: (i: number) => Promise
 const loadAverage = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
 /**
- * BENCH_CHANNEL_VIA=pgbouncer: the Worker reaches Postgres through PgBouncer in transaction mode
+ * The endpoints measured, one after the other in the same run (BENCH_CHANNEL_VIA, default
+ * both): `direct`, the Worker's pools to Postgres itself, where every connection forks a
+ * backend and fills its catalog caches; `pgbouncer`, PgBouncer in transaction mode
  * (BENCH_POOL_SIZE server connections, default 20), the local stand-in for the Neon pooled
- * endpoint production uses (README "Deploy"): backends are reused, as they are there, instead
- * of one forked (and its catalog caches filled) per connection. Unset: the direct endpoint.
+ * endpoint production uses (README "Deploy"), where backends are reused as they are there.
  */
-const VIA_PGBOUNCER = process.env.BENCH_CHANNEL_VIA === 'pgbouncer';
+const ENDPOINTS = (process.env.BENCH_CHANNEL_VIA ?? 'direct,pgbouncer').split(',');
 
 export async function run(stack: BenchStack): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  for (const endpoint of ENDPOINTS) {
+    if (endpoint !== 'direct' && endpoint !== 'pgbouncer') throw new Error(`BENCH_CHANNEL_VIA: ${endpoint}?`);
+    rows.push(...(await runVia(stack, endpoint)));
+  }
+  return rows;
+}
+
+async function runVia(stack: BenchStack, endpoint: 'direct' | 'pgbouncer'): Promise<BenchRow[]> {
   const bridge = await countingBridge();
-  const pgbouncer: PgBouncer | undefined = VIA_PGBOUNCER
-    ? await startPgBouncer(stack.databaseUrl, { poolSize: Number(process.env.BENCH_POOL_SIZE ?? 20) })
-    : undefined;
+  const pgbouncer: PgBouncer | undefined =
+    endpoint === 'pgbouncer'
+      ? await startPgBouncer(stack.databaseUrl, { poolSize: Number(process.env.BENCH_POOL_SIZE ?? 20) })
+      : undefined;
   const via = pgbouncer ? `, via PgBouncer pool ${process.env.BENCH_POOL_SIZE ?? 20}` : ', direct';
   const lark = await startLarkEmulator({ rateLimits: false });
   const port = await freePort();
@@ -382,7 +404,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     await sampler;
     rows.push({
       suite: 'channel',
-      case: `effect_processes rows over ${events} events (${chatLabel}): peak / after the turns`,
+      case: `effect_processes rows over ${events} events (${chatLabel}${via}): peak / after the turns`,
       n: events,
       peak: peakProcesses,
       after: await processRows(),
@@ -397,7 +419,7 @@ export async function run(stack: BenchStack): Promise<BenchRow[]> {
     for (const [who, count] of [...openers].sort((a, b) => b[1] - a[1]))
       rows.push({
         suite: 'channel',
-        case: `connections opened by ${who}, per event (whole run, turns included)`,
+        case: `connections opened by ${who}, per event (whole run, turns included${via})`,
         n: events,
         'connects/event': round(count / events),
       });
