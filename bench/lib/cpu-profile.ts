@@ -6,12 +6,13 @@ import WebSocket from 'ws';
  * (Chrome DevTools protocol over a WebSocket; `--inspector-port`). The Worker and its
  * Durable Objects share the isolate locally, so the profile covers the answer path, the
  * post-answer work and the actor hosts together. Written as a `.cpuprofile` (DevTools opens
- * it) and summarised as self time per function and per source file.
+ * it) and summarised as self time per function, per source file and per bundled module.
  */
 interface ProfileNode {
   id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
+  callFrame: { functionName: string; url: string; lineNumber: number; scriptId?: string };
   hitCount?: number;
+  children?: number[];
 }
 interface Profile {
   nodes: ProfileNode[];
@@ -32,6 +33,12 @@ export interface ProfileSummary {
   busyMs: number;
   topFunctions: { name: string; selfMs: number }[];
   topFiles: { file: string; selfMs: number }[];
+  /**
+   * Self time per source module of the bundle (esbuild's `// path` markers in wrangler's
+   * bundle), the runtime's native calls (a WebSocket send, a timer, SQLite) counted to the
+   * module that made them: where an event's CPU goes, by library and by our own module.
+   */
+  topModules: { module: string; selfMs: number }[];
 }
 
 async function target(inspectorPort: number): Promise<string> {
@@ -65,21 +72,60 @@ export async function startCpuProfile(inspectorPort: number, samplingIntervalUs 
       waiting.set(id, resolve);
       socket.send(JSON.stringify({ id, method, params }));
     });
+  /** The bundle's module markers, `[first line, module path]` in line order (empty if unreadable). */
+  const bundleModules = async (scriptId: string | undefined): Promise<[number, string][]> => {
+    if (!scriptId) return [];
+    // Enabling the debugger only now keeps it off during the measurement.
+    await send('Debugger.enable');
+    const { scriptSource = '' } = (await send('Debugger.getScriptSource', { scriptId })) as {
+      scriptSource?: string;
+    };
+    await send('Debugger.disable');
+    const out: [number, string][] = [];
+    scriptSource.split('\n').forEach((line, i) => {
+      // esbuild's marker before each module, relative to the config's folder (`../workers/...`).
+      const m = /^\/\/ (?:\.\.\/)*((?:node_modules|workers|durable-objects|emulator|scripts)\/\S+)$/.exec(
+        line,
+      );
+      if (m) out.push([i, m[1]!.replace(/^node_modules\//, '')]);
+    });
+    return out;
+  };
   await send('Profiler.enable');
   await send('Profiler.setSamplingInterval', { interval: samplingIntervalUs });
   await send('Profiler.start');
   return {
     async stop(file) {
       const { profile } = (await send('Profiler.stop')) as { profile: Profile };
+      const bundle = profile.nodes.find((n) => n.callFrame.url.endsWith('/bundle/index.js'));
+      // A summary without modules when the source cannot be read (the functions still say much).
+      const modules = await bundleModules(bundle?.callFrame.scriptId).catch(() => []);
       socket.close();
       writeFileSync(file, JSON.stringify(profile));
-      return summarise(profile);
+      return summarise(profile, modules);
     },
   };
 }
 
-function summarise(profile: Profile): ProfileSummary {
+/** The module of a bundle line: the last marker at or before it. */
+function moduleAt(modules: [number, string][], line: number): string | undefined {
+  let lo = 0;
+  let hi = modules.length - 1;
+  let found: string | undefined;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (modules[mid]![0] <= line) {
+      found = modules[mid]![1];
+      lo = mid + 1;
+    } else hi = mid - 1;
+  }
+  return found;
+}
+
+function summarise(profile: Profile, modules: [number, string][] = []): ProfileSummary {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const selfUs = new Map<number, number>();
   const samples = profile.samples ?? [];
   const deltas = profile.timeDeltas ?? [];
@@ -88,8 +134,17 @@ function summarise(profile: Profile): ProfileSummary {
     const us = deltas[i + 1] ?? 0;
     selfUs.set(samples[i]!, (selfUs.get(samples[i]!) ?? 0) + us);
   }
+  /** The bundle module of a node, or of its nearest ancestor in the bundle (a native call's caller). */
+  const moduleOf = (n: ProfileNode): string => {
+    for (let at: ProfileNode | undefined = n; at; at = byId.get(parent.get(at.id) ?? -1)) {
+      if (at.callFrame.url.endsWith('/bundle/index.js'))
+        return moduleAt(modules, at.callFrame.lineNumber) ?? 'index.js (before any module marker)';
+    }
+    return n.callFrame.functionName || n.callFrame.url || '(runtime)';
+  };
   const fns = new Map<string, number>();
   const files = new Map<string, number>();
+  const mods = new Map<string, number>();
   let busy = 0;
   for (const [id, us] of selfUs) {
     const n = byId.get(id)!;
@@ -100,12 +155,18 @@ function summarise(profile: Profile): ProfileSummary {
     const key = `${name} ${file}:${n.callFrame.lineNumber + 1}`;
     fns.set(key, (fns.get(key) ?? 0) + us);
     files.set(file, (files.get(file) ?? 0) + us);
+    if (modules.length > 0) {
+      const m = moduleOf(n);
+      mods.set(m, (mods.get(m) ?? 0) + us);
+    }
   }
   const top = (m: Map<string, number>) => [...m].sort((a, b) => b[1] - a[1]).slice(0, 25);
+  const ms = (us: number) => Math.round(us / 100) / 10;
   return {
     wallMs: (profile.endTime - profile.startTime) / 1000,
     busyMs: busy / 1000,
-    topFunctions: top(fns).map(([name, us]) => ({ name, selfMs: Math.round(us / 100) / 10 })),
-    topFiles: top(files).map(([file, us]) => ({ file, selfMs: Math.round(us / 100) / 10 })),
+    topFunctions: top(fns).map(([name, us]) => ({ name, selfMs: ms(us) })),
+    topFiles: top(files).map(([file, us]) => ({ file, selfMs: ms(us) })),
+    topModules: top(mods).map(([module, us]) => ({ module, selfMs: ms(us) })),
   };
 }
