@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import type { AppEnv } from '../context';
 import { ConnectionBudgetSpent, isolateGate } from '../db/gate';
-import { openPool } from '../db/pool';
+import { openPool, poolStats } from '../db/pool';
 import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 
@@ -46,9 +46,12 @@ export const health = new Hono<AppEnv>().get('/', async (c) => {
     if (err instanceof ConnectionBudgetSpent) {
       // Handled by design (above): the isolate is serving its budget's worth of connections.
       // Logged at info (a saturated isolate's health checks would otherwise be a warning each);
-      // the refusals are counted by db_gate_wait_ms (refused, answer).
+      // the refusals are counted by db_gate_wait_ms (refused, answer). `openPools` beside
+      // `held` tells work in progress (pools still open hold the places) from places held
+      // after their pools ended (taken back after PERMIT_MAX_HOLD_MS).
       const { held, capacity, waitingAnswer } = isolateGate.snapshot();
-      log.info('health_db_busy', { held, capacity, waitingAnswer });
+      const openPools = poolStats.opened - poolStats.ended;
+      log.info('health_db_busy', { held, capacity, waitingAnswer, openPools });
       return c.json({ status: 'ok', db: 'busy', latencyMs: Date.now() - started });
     }
     log.warn('health_db_down', { error: err });
