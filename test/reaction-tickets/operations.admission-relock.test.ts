@@ -8,7 +8,7 @@ import { opId, PATIENT, put, seedWorld, ticketFor } from './helpers';
  * Issue 29 "also still open": sign-out and membership were read once, after the operation
  * lock, and not again after the message lock, so a removal or sign-out committed while a
  * ticketed write waited on the message row did not stop it. Admission is now read again after
- * the last lock, in the statement that reads fresh time (migration 0130). Forced: the message
+ * the last lock, in the statement that reads fresh time (migrations/functions/reaction_tickets.sql). Forced: the message
  * row is held, the write waits on it, the admission changes, the row is released.
  */
 const pool = testPool();

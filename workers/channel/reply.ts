@@ -275,7 +275,7 @@ async function measured<T>(started: number, answer: Promise<T>): Promise<T> {
  * The turn's reply mode: the one its first run recorded, else `setting`, recorded now (one
  * statement; the first writer wins). Every generation of a turn posts with its one uuid, so
  * answering in another mode than an earlier generation would let Lark's dedup return that
- * generation's message as this one's (migration 0186).
+ * generation's message as this one's (migrations/0050_baseline_channel.sql).
  */
 async function turnReplyMode(
   pool: Pick<Pool, 'query'>,

@@ -25,7 +25,7 @@ import {
  * its operation's stamp. So no operation older than the window can be admitted, even after
  * housekeeping deleted its ticket and the cleanup its receipt: the refusal needs no row. The
  * window of an operation is the smallest one in force at any time since its stamp (recorded by
- * issuance, migration 0139): raising REACTION_TICKET_TTL_SECONDS widens it only for operations
+ * issuance, migrations/0020_baseline_reaction_tickets.sql): raising REACTION_TICKET_TTL_SECONDS widens it only for operations
  * stamped after the raise, so an operation judged expired (and maybe forgotten) stays so.
  */
 export interface IssueInput {
@@ -71,7 +71,7 @@ const INSERT_SQL = `
   returning *`;
 
 // Records the window this issuance runs under when it is not the latest recorded one
-// (migration 0139). Two issuances racing on a change may both insert: the same window twice
+// (migrations/0020_baseline_reaction_tickets.sql). Two issuances racing on a change may both insert: the same window twice
 // at nearly the same time, which changes no minimum.
 const RECORD_WINDOW_SQL = `
   insert into private.reaction_ticket_windows (in_force_from, ttl_seconds)
@@ -81,7 +81,7 @@ const RECORD_WINDOW_SQL = `
 
 // Read in the statement after the operation lock: fresh time, whether the ID was used, and the
 // operation's window: the smallest in force at any time since its stamp ($3, epoch ms), the
-// one in force at the stamp and the configured one ($4) included (migration 0139).
+// one in force at the stamp and the configured one ($4) included (migrations/0020_baseline_reaction_tickets.sql).
 const STATE_SQL = `
   with stamp as (select to_timestamp($3::double precision / 1000) as at)
   select (extract(epoch from app_now()) * 1000)::bigint as now_ms,
