@@ -490,7 +490,7 @@ const RETENTION_RULES: { table: string; rule: string; overdue: string }[] = [
   },
   {
     // A binding outlives expires_at_ms while its effect runs and one lifetime past the effect's
-    // end or its retirement (effect_binding_live, migration 0013; docs/effects.md).
+    // end or its retirement (effect_binding_live, migrations/0010_baseline_effects.sql; docs/effects.md).
     table: 'effect_recoveries r',
     rule: 'one lifetime past the later of emit, end and retirement',
     overdue: `not effect_binding_live(r, app_now_ms() - ${SLACK_MS})`,

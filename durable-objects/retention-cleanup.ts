@@ -44,7 +44,7 @@ const STATUS_ACTIVATIONS = 20;
  * nothing can schedule itself after a stop.
  *
  * Stop protocol: persist a new stop generation (the acknowledgement), then disable, then the
- * database fence (the control row, migration 0087), which waits for any batch still in
+ * database fence (the control row, migrations/0060_baseline_retention.sql), which waits for any batch still in
  * Postgres whoever admitted it, then wait for the run. Every batch is admitted synchronously
  * against the stored generation and enabled flag, in the same turn that starts it, and
  * re-checked against the control row inside its own transaction. Enable is a compare-and-set
@@ -252,7 +252,7 @@ export class RetentionCleanup extends DurableObject<RetentionEnv> {
   /**
    * Rollback of an activation: a stop first (the same acknowledgement and database fence,
    * recorded as `rollback`), then the cursor cleared, so a later enable starts a fresh sweep.
-   * It never writes the legacy write contract (closing it is one-way, migration 0084); the
+   * It never writes the legacy write contract (closing it is one-way: a trigger, migrations/0020_baseline_reaction_tickets.sql); the
    * answer reads it to show it is still closed.
    */
   async rollback(request: StopRequest): Promise<RollbackResult> {

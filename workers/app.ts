@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { deadLettersAdmin } from './admin/dead-letters';
 import { adminOpenApi } from './admin/openapi';
 import { adminStatus } from './admin/status';
+import type { ActorEnv } from './auth/actor-jwt';
 import { conversationsAdmin } from './channel/inspect-routes';
 import { webhook as larkWebhook } from './channel/webhook';
 import { consoleApp } from './console/routes';
@@ -24,6 +25,29 @@ import { typingAdmin } from './typing-ledger/admin-routes';
 export const ADMIN_MAX_BODY_BYTES = 256 * 1024;
 export const CONSOLE_MAX_BODY_BYTES = 16 * 1024;
 
+/**
+ * Each feature's routes and where they are mounted, in mount order: a more specific prefix
+ * before `/admin`, whose directory routes would otherwise answer first.
+ */
+/** A feature's sub-app: on the request's environment, or one its own middleware extends. */
+type Routes = Hono<AppEnv> | Hono<ActorEnv>;
+
+const MOUNTS: ReadonlyArray<readonly [path: string, routes: Routes]> = [
+  ['/healthz', health],
+  ['/lark/events', larkWebhook],
+  ['/v1', reactionApi],
+  ['/admin/status', adminStatus],
+  ['/admin/effects/dead-letters', deadLettersAdmin],
+  ['/admin/openapi.json', adminOpenApi],
+  ['/admin/lark/installations', larkInstallations],
+  ['/admin/lark/conversations', conversationsAdmin],
+  ['/admin/typing-reactions', typingAdmin],
+  ['/admin/retention', retentionAdmin],
+  ['/admin/reaction-contract', legacyContractAdmin],
+  ['/admin', directoryAdmin],
+  ['/console', consoleApp],
+];
+
 /** The HTTP surface. Feature folders own their routes; this file only mounts them. */
 export function createApp() {
   const app = new Hono<AppEnv>();
@@ -34,19 +58,9 @@ export function createApp() {
   app.use('/admin/*', limitBody(ADMIN_MAX_BODY_BYTES));
   // Console forms are a few short fields.
   app.use('/console/*', limitBody(CONSOLE_MAX_BODY_BYTES));
-  app.route('/healthz', health);
-  app.route('/lark/events', larkWebhook);
-  app.route('/v1', reactionApi);
-  app.route('/admin/status', adminStatus);
-  app.route('/admin/effects/dead-letters', deadLettersAdmin);
-  app.route('/admin/openapi.json', adminOpenApi);
-  app.route('/admin/lark/installations', larkInstallations);
-  app.route('/admin/lark/conversations', conversationsAdmin);
-  app.route('/admin/typing-reactions', typingAdmin);
-  app.route('/admin/retention', retentionAdmin);
-  app.route('/admin/reaction-contract', legacyContractAdmin);
-  app.route('/admin', directoryAdmin);
-  app.route('/console', consoleApp);
+  // The cast only widens the sub-app's environment for the parent's route typing (unused: no
+  // client is generated from this app); each sub-app's own middleware sets what it declares.
+  for (const [path, routes] of MOUNTS) app.route(path, routes as Hono<AppEnv>);
   app.notFound((c) =>
     renderError(new AppError('not_found', `No route for ${c.req.method} ${c.req.path}`), c),
   );

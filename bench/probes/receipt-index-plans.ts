@@ -4,9 +4,9 @@
 // private.chat_reaction_operations uses. Seeds `rows` receipts (half ticket, half legacy, spread
 // over 60 days), VACUUM ANALYZE, then EXPLAINs every such statement of workers/ (retention probe
 // and batch, legacy-contract count, console trends and outstanding tickets, the receipt lookup)
-// and the foreign-key actions' queries, once as migrated (0117 dropped
-// chat_reaction_operations_created_idx and _ticket_expiry_idx) and once with both restored as
-// 0020 built them (rolled back): the evidence for 0117.
+// and the foreign-key actions' queries, once as migrated (the baseline, 0020,
+// has neither chat_reaction_operations_created_idx nor _ticket_expiry_idx) and once with both
+// restored (rolled back): the evidence for leaving them out (the squashed migration 0117).
 import type { Pool } from '@neondatabase/serverless';
 import { TICKET_TRENDS, TICKETS_OUTSTANDING } from '../../workers/console/queries';
 import { BATCH_SQL } from '../../workers/retention/batch';
@@ -76,7 +76,7 @@ try {
     return out;
   };
   const client = await (stack.pg(1) as unknown as Pool).connect();
-  for (const variant of ['as migrated', 'created_idx + ticket_expiry_idx restored (before 0117)']) {
+  for (const variant of ['as migrated', 'created_idx + ticket_expiry_idx restored (as before the squash)']) {
     await client.query('begin');
     if (variant !== 'as migrated')
       await client.query(

@@ -17,7 +17,7 @@ import { type BenchRow, percentile, round } from '../lib/stats';
  * nothing eligible (the steady state: before the fix the age cutoff was a per-row filter, so
  * these walked the whole index) and everything eligible (a budgeted batch: 250 receipts or
  * fences, 1,000 tickets, each deleted ticket setting its receipt's ticket_id to null through
- * the foreign key, by index since 0088). Target: each 1M figure within 1.5x of its 10k one.
+ * the foreign key, by an index on ticket_id). Target: each 1M figure within 1.5x of its 10k one.
  *
  * Each size is its own freshly migrated database (the statements name their tables, so a
  * schema of its own cannot stand in): N tickets, each with its receipt and fence, created

@@ -14,8 +14,9 @@ set local statement_timeout = '30s';
 --    statement gets (spec: completion/failure lock the instance before the effect);
 -- 2. the effects, `for update` in id order; `live` is evaluated on the row version locked
 --    (read committed re-reads a row changed while it waited: a claim retired, requeued or
---    taken over meanwhile is not live); only live rows are written;
--- 3. in the same statement, the runtime's callback messages (`effect:<id>:completed` for
+--    taken over meanwhile is not live); only live rows are written (steps 1 and 2 are
+--    effects_lock_batch, shared by both write-backs);
+-- 3. in the statement that writes them, the runtime's callback messages (`effect:<id>:completed` for
 --    live effects with notify_on_complete, `effect:<id>:failed` for the ones this failure
 --    made dead), in effect id order, which is each instance's delivery order, as before.
 --
@@ -36,7 +37,11 @@ begin
 end
 $$;
 
-create or replace function effects_complete(p_process bigint, p_ids uuid[], p_results text[], p_budget_ms int)
+-- Steps 1 and 2 of both write-backs: the origin instances (above), then the batch's effects
+-- `for update` in id order with `live` read on the version locked. A volatile function, so it
+-- runs as statements of its own after the instance locks; the caller's write statement joins
+-- the rows it returns (its UPDATE of a row this transaction holds re-reads the latest version).
+create or replace function effects_lock_batch(p_process bigint, p_ids uuid[], p_budget_ms int)
 returns table (id uuid, origin_instance_id text, notify_on_complete boolean, attempts int,
                max_attempts int, live boolean)
 language plpgsql as $$
@@ -44,12 +49,22 @@ language plpgsql as $$
 begin
   perform effects_lock_origins(p_ids, p_budget_ms);
   return query
-  with locked as (
     select e.id, e.origin_instance_id, e.notify_on_complete, e.attempts, e.max_attempts,
            (e.status = 'processing' and e.locked_by = p_process) as live
       from effects e
      where e.id = any(p_ids)
-     order by e.id for update),
+     order by e.id for update;
+end
+$$;
+
+create or replace function effects_complete(p_process bigint, p_ids uuid[], p_results text[], p_budget_ms int)
+returns table (id uuid, origin_instance_id text, notify_on_complete boolean, attempts int,
+               max_attempts int, live boolean)
+language plpgsql as $$
+#variable_conflict use_column
+begin
+  return query
+  with locked as (select * from effects_lock_batch(p_process, p_ids, p_budget_ms)),
   input as (select * from unnest(p_ids, p_results) as r(id, result)),
   done as (
     update effects e set status = 'completed', result = r.result::jsonb, locked_by = null,
@@ -74,14 +89,8 @@ returns table (id uuid, origin_instance_id text, notify_on_complete boolean, att
 language plpgsql as $$
 #variable_conflict use_column
 begin
-  perform effects_lock_origins(p_ids, p_budget_ms);
   return query
-  with locked as (
-    select e.id, e.origin_instance_id, e.notify_on_complete, e.attempts, e.max_attempts,
-           (e.status = 'processing' and e.locked_by = p_process) as live
-      from effects e
-     where e.id = any(p_ids)
-     order by e.id for update),
+  with locked as (select * from effects_lock_batch(p_process, p_ids, p_budget_ms)),
   clock as (select app_now_ms() as ms),
   input as (select * from unnest(p_ids, p_errors) as f(id, error)),
   done as (

@@ -39,13 +39,7 @@ language sql stable as $$
   from private.messages m where m.id = p_message
 $$;
 
-create or replace function private.reaction_ticket_fail(p_key text, p_details json) returns void
-language plpgsql as $$
-begin
-  raise exception using errcode = 'RLT01', message = p_key, detail = coalesce(p_details::text, 'null');
-end
-$$;
-
+-- Raises a contract error: SQLSTATE RLT01, the key as its message, the details as JSON.
 create or replace function private.reaction_ticket_fail(p_key text, p_details json) returns void
 language plpgsql as $$
 begin

@@ -51,11 +51,23 @@ describe('GET /admin/status', () => {
     const owner = await registerProcess(pool, 'status-owner');
     expect(await claimEffects(pool, owner, { limit: 2, instanceId: inst })).toHaveLength(2);
     for (const key of ['a', 'b', 'c']) await enqueueMessage(pool, inst, `status:${key}`, {});
-    // A recovery callback the actor never took (dead-lettered), and two owners gone silent.
+    // Three recovery callbacks the actor never took (dead-lettered), two more live owners and
+    // two gone silent.
     await pool.query(
       `insert into actor_mailbox (instance_id, message_key, state)
-       values ($1, 'effect:' || gen_random_uuid() || ':recovery', 'dead')`,
+       select $1, 'effect:' || gen_random_uuid() || ':recovery', 'dead' from generate_series(1, 3)`,
       [inst],
+    );
+    for (const name of ['status-live-1', 'status-live-2']) await registerProcess(pool, name);
+    // Three badges still pending and one withdrawn (not counted). The ledger has no foreign keys.
+    await pool.query(
+      `insert into channel_typing_reaction
+         (id, workspace_id, installation_id, app_id, session_id, source_message_id, input_position,
+          context_revision, expires_at, cleaned_at, retention_outcome)
+       select $1 || g, 'ws', 'inst', 'cli_app', $1, $1 || ':m' || g, g, 1, app_now() + interval '7 days',
+              case when g = 4 then app_now() end, case when g = 4 then 'cleaned' end
+         from generate_series(1, 4) g`,
+      [uid('status-ctr')],
     );
     for (const name of ['status-stale-1', 'status-stale-2'])
       await ageHeartbeat(
@@ -73,9 +85,10 @@ describe('GET /admin/status', () => {
       effects_pending: 4,
       effects_processing: 2,
       mailbox_pending: 3,
-      dead_recovery_callbacks: 1,
-      live_processes: 1,
+      dead_recovery_callbacks: 3,
+      live_processes: 3,
       stale_processes: 2,
+      typing_pending: 3,
     });
     // The same query with a cap of 2: no count passes it, whatever the table holds.
     const { rows } = await pool.query<Backlog>(BACKLOG_QUERY, [
@@ -83,9 +96,8 @@ describe('GET /admin/status', () => {
       Number(env.EFFECT_STALE_AFTER_MS ?? 30_000),
     ]);
     const capped = rows[0]!;
-    for (const key of ['effects_pending', 'effects_processing', 'mailbox_pending', 'stale_processes'])
-      expect(capped[key], key).toBe(2);
-    expect(capped.dead_recovery_callbacks).toBeLessThanOrEqual(2);
+    for (const key of Object.keys(delta)) expect(capped[key], key).toBe(2);
+    expect(Object.keys(delta)).toHaveLength(7);
   });
 
   it('requires the admin token', async () => {

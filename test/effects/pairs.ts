@@ -1,4 +1,5 @@
 import type { Pool } from '@neondatabase/serverless';
+import { expect } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import {
   processRecoveryChecks,
@@ -7,6 +8,7 @@ import {
 } from '../../workers/effects/recovery';
 import { completeEffects, failEffects } from '../../workers/effects/scheduler';
 import { config, messages, racer } from './helpers';
+import { holdRows, type LockedTable, rowOf, waitsOn } from './row-locks';
 
 /**
  * The operations the lock-protocol pair tests race, started on a racer (one connection, known
@@ -77,4 +79,39 @@ export async function openRacer(cleanup: { end(): Promise<void> }[]) {
   const r = await racer();
   cleanup.push(r.pool);
   return r;
+}
+
+/** A row by table and key, as holdRows and rowOf name it. */
+export type Row = [LockedTable, string];
+
+/**
+ * One side of a pair race: `start` begins it on its racer's connection and returns at once
+ * with its pending outcome (`done`, never awaited here); it is then seen blocked on `waitsOn`.
+ */
+export interface Side<T extends { done: Promise<unknown> }> {
+  start: (on: Pool) => Promise<T> | T;
+  waitsOn: Row;
+}
+
+/**
+ * The pair-race scaffolding: a holder owns `held`; `first` starts on a racer of its own and
+ * is seen waiting on its row (pg_locks), then `second` likewise; then the holder lets go.
+ * Returns both sides' starts, whose `done` the test awaits and judges. A deadlock fails the
+ * test (harness); no sleeps.
+ */
+export async function heldRace<A extends { done: Promise<unknown> }, B extends { done: Promise<unknown> }>(
+  scope: { pool: Pool; opened: { end(): Promise<void> }[] },
+  held: Row,
+  first: Side<A>,
+  second: Side<B>,
+): Promise<[A, B]> {
+  const { pool, opened } = scope;
+  const holder = await holdRows(pool, opened, [held]);
+  const [r1, r2] = [await openRacer(opened), await openRacer(opened)];
+  const a = await first.start(r1.pool);
+  expect(await waitsOn(pool, r1.pid)).toBe(await rowOf(pool, ...first.waitsOn));
+  const b = await second.start(r2.pool);
+  expect(await waitsOn(pool, r2.pid)).toBe(await rowOf(pool, ...second.waitsOn));
+  await holder.release();
+  return [a, b];
 }

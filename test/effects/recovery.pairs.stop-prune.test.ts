@@ -1,3 +1,4 @@
+import type { Pool } from '@neondatabase/serverless';
 import { describe, expect, it } from 'vitest';
 import { withTx } from '../../workers/db/tx';
 import type { EmitOptions } from '../../workers/effects/emit';
@@ -19,8 +20,11 @@ import {
 import {
   answered,
   countKey,
+  heldRace,
+  type Op,
   openRacer,
   RECOVERY_OPS,
+  type Row,
   type Scene,
   stageCheck,
   start,
@@ -67,15 +71,14 @@ describe('spec: "Explicit batches acquire all effect and binding locks before an
   for (const op of RECOVERY_OPS) {
     it(`${op} held on the owner's row, then stop: the stop waits on the effect it would release; ${op} requeues it, the stop releases nothing`, async () => {
       const s = await stopScene(op === 'batch');
-      const holder = await holdRows(pool, opened, [['effect_processes', s.owner]]);
-      const [r, stopper] = [await openRacer(opened), await openRacer(opened)];
-      const a = await start(op, r.pool, s);
-      expect(await waitsOn(pool, r.pid)).toBe(await rowOf(pool, 'effect_processes', s.owner));
-      const stopped = stop(stopper.pool, s.owner);
-      expect(await waitsOn(pool, stopper.pid)).toBe(await rowOf(pool, 'effects', s.e));
-      await holder.release();
+      const [a, stopped] = await heldRace(
+        { pool, opened },
+        ['effect_processes', s.owner],
+        { start: (on) => start(op, on, s), waitsOn: ['effect_processes', s.owner] },
+        { start: (on) => ({ done: stop(on, s.owner) }), waitsOn: ['effects', s.e] },
+      );
       await a.done;
-      expect((await stopped).released).toBe(0);
+      expect((await stopped.done).released).toBe(0);
       expect(await effectRow(pool, s.e)).toMatchObject({ status: 'pending', locked_by: null, attempts: 1 });
       for (const req of a.requests)
         expect((await answered(pool, s.inst, req)).outcome).toBe(req[1] === s.e ? 'pending' : 'retired');
@@ -84,14 +87,13 @@ describe('spec: "Explicit batches acquire all effect and binding locks before an
 
     it(`stop held on its process row, then ${op}: it waits on the effect the stop released; the stop wins, ${op} changes nothing`, async () => {
       const s = await stopScene(op === 'batch');
-      const holder = await holdRows(pool, opened, [['effect_processes', s.owner]]);
-      const [stopper, r] = [await openRacer(opened), await openRacer(opened)];
-      const stopped = stop(stopper.pool, s.owner);
-      expect(await waitsOn(pool, stopper.pid)).toBe(await rowOf(pool, 'effect_processes', s.owner));
-      const a = await start(op, r.pool, s);
-      expect(await waitsOn(pool, r.pid)).toBe(await rowOf(pool, 'effects', s.e));
-      await holder.release();
-      expect((await stopped).released).toBe(1);
+      const [stopped, a] = await heldRace(
+        { pool, opened },
+        ['effect_processes', s.owner],
+        { start: (on) => ({ done: stop(on, s.owner) }), waitsOn: ['effect_processes', s.owner] },
+        { start: (on) => start(op, on, s), waitsOn: ['effects', s.e] },
+      );
+      expect((await stopped.done).released).toBe(1);
       await a.done;
       expect(await effectRow(pool, s.e)).toMatchObject({ status: 'pending', locked_by: null, attempts: 1 });
       // The opted-in claim survived the stop; the batch found its owner stale and retired it.
@@ -103,15 +105,14 @@ describe('spec: "Explicit batches acquire all effect and binding locks before an
   for (const op of WRITE_BACKS) {
     it(`${op} held on the effect, then stop: the stop waits on that effect; the ${op} wins, the stop releases nothing`, async () => {
       const s = await stopScene(false);
-      const holder = await holdRows(pool, opened, [['effects', s.e]]);
-      const [r, stopper] = [await openRacer(opened), await openRacer(opened)];
-      const a = await start(op, r.pool, s);
-      expect(await waitsOn(pool, r.pid)).toBe(await rowOf(pool, 'effects', s.e));
-      const stopped = stop(stopper.pool, s.owner);
-      expect(await waitsOn(pool, stopper.pid)).toBe(await rowOf(pool, 'effects', s.e));
-      await holder.release();
+      const [a, stopped] = await heldRace(
+        { pool, opened },
+        ['effects', s.e],
+        { start: (on) => start(op, on, s), waitsOn: ['effects', s.e] },
+        { start: (on) => ({ done: stop(on, s.owner) }), waitsOn: ['effects', s.e] },
+      );
       expect(await a.done).toMatchObject({ accepted: [s.e] });
-      expect((await stopped).released).toBe(0);
+      expect((await stopped.done).released).toBe(0);
       expect(await effectRow(pool, s.e)).toMatchObject(
         op === 'complete'
           ? { status: 'completed', result: 'done' }
@@ -121,14 +122,13 @@ describe('spec: "Explicit batches acquire all effect and binding locks before an
 
     it(`stop held on its process row, then ${op}: it takes the instance (the stop holds none) and waits on the effect; the stop wins, the ${op} is rejected`, async () => {
       const s = await stopScene(false);
-      const holder = await holdRows(pool, opened, [['effect_processes', s.owner]]);
-      const [stopper, r] = [await openRacer(opened), await openRacer(opened)];
-      const stopped = stop(stopper.pool, s.owner);
-      expect(await waitsOn(pool, stopper.pid)).toBe(await rowOf(pool, 'effect_processes', s.owner));
-      const a = await start(op, r.pool, s);
-      expect(await waitsOn(pool, r.pid)).toBe(await rowOf(pool, 'effects', s.e));
-      await holder.release();
-      expect((await stopped).released).toBe(1);
+      const [stopped, a] = await heldRace(
+        { pool, opened },
+        ['effect_processes', s.owner],
+        { start: (on) => ({ done: stop(on, s.owner) }), waitsOn: ['effect_processes', s.owner] },
+        { start: (on) => start(op, on, s), waitsOn: ['effects', s.e] },
+      );
+      expect((await stopped.done).released).toBe(1);
       expect(await a.done).toMatchObject({ accepted: [], rejected: [s.e] });
       expect(await effectRow(pool, s.e)).toMatchObject({ status: 'pending', result: null, last_error: null });
     });
@@ -165,6 +165,11 @@ async function finishedScene(): Promise<Scene> {
     { id: e2, result: 1 },
   ]);
   return { pool, inst, owner, e, e2 };
+}
+
+/** `op` on `on`: a check or batch of the requests the test staged itself, else a write-back. */
+async function startStaged(op: Op, on: Pool, s: Scene, staged: boolean): Promise<{ done: Promise<unknown> }> {
+  return staged ? { done: processRecoveryChecks(on, s.inst, config) } : start(op, on, s);
 }
 
 type PruneCase = {
@@ -204,19 +209,18 @@ for (const [name, c] of Object.entries(PRUNES))
           for (const id of op === 'check' ? [s.e] : [s.e, s.e2!])
             requests.push([await stageCheck(pool, s.inst, id), id]);
         await setDbClockOffset(pool, c.ageMs);
-        const holder = await holdRows(pool, opened, [[c.table, s.e2!]]);
-        const [pruner, r] = [await openRacer(opened), await openRacer(opened)];
-        const pruned = c.prune(pruner.pool);
         // In ID order the prune already holds `e` when it waits on `e2`.
-        expect(await waitsOn(pool, pruner.pid)).toBe(await rowOf(pool, c.table, s.e2!));
-        const done =
-          op === 'check' || op === 'batch'
-            ? processRecoveryChecks(r.pool, s.inst, config)
-            : (await start(op, r.pool, s)).done;
-        expect(await waitsOn(pool, r.pid)).toBe(await rowOf(pool, c.table, s.e));
-        await holder.release();
-        expect(await pruned).toBeGreaterThanOrEqual(2);
-        const out = await done;
+        const [pruned, second] = await heldRace(
+          { pool, opened },
+          [c.table, s.e2!],
+          { start: (on) => ({ done: c.prune(on) }), waitsOn: [c.table, s.e2!] },
+          {
+            start: (on) => startStaged(op, on, s, op === 'check' || op === 'batch'),
+            waitsOn: [c.table, s.e],
+          },
+        );
+        expect(await pruned.done).toBeGreaterThanOrEqual(2);
+        const out = await second.done;
         for (const req of requests)
           expect(await answered(pool, s.inst, req)).toEqual({ outcome: c.afterPrune, responses: 1 });
         if (!(out instanceof Map)) {
@@ -235,28 +239,22 @@ for (const [name, c] of Object.entries(PRUNES))
           for (const id of op === 'check' ? [s.e] : [s.e, s.e2!])
             requests.push([await stageCheck(pool, s.inst, id), id]);
         await setDbClockOffset(pool, c.ageMs);
-        const r = await openRacer(opened);
-        let done: Promise<unknown>;
-        let holder: Holder;
-        if (requests.length > 0) {
-          // The check has locked the instance, the effects and the bindings and written its
-          // responses; it waits to record the outcome on its check row.
-          holder = await holdRows(pool, opened, [['effect_recovery_checks', requests[0]![0]]]);
-          done = processRecoveryChecks(r.pool, s.inst, config);
-          expect(await waitsOn(pool, r.pid)).toBe(
-            await rowOf(pool, 'effect_recovery_checks', requests[0]![0]),
-          );
-        } else {
-          holder = await holdRows(pool, opened, [['effects', s.e]]);
-          done = (await start(op, r.pool, s)).done;
-          expect(await waitsOn(pool, r.pid)).toBe(await rowOf(pool, 'effects', s.e));
-        }
-        const pruner = await openRacer(opened);
-        const pruned = c.prune(pruner.pool);
-        expect(await waitsOn(pool, pruner.pid)).toBe(await rowOf(pool, c.table, s.e));
-        await holder.release();
-        const out = await done;
-        expect(await pruned).toBeGreaterThanOrEqual(2);
+        // A check has locked the instance, the effects and the bindings and written its
+        // responses when it waits to record the outcome on its check row; a write-back waits
+        // on the effect.
+        const held: Row =
+          requests.length > 0 ? ['effect_recovery_checks', requests[0]![0]] : ['effects', s.e];
+        const [first, pruned] = await heldRace(
+          { pool, opened },
+          held,
+          {
+            start: (on) => startStaged(op, on, s, requests.length > 0),
+            waitsOn: held,
+          },
+          { start: (on) => ({ done: c.prune(on) }), waitsOn: [c.table, s.e] },
+        );
+        const out = await first.done;
+        expect(await pruned.done).toBeGreaterThanOrEqual(2);
         for (const req of requests)
           expect(await answered(pool, s.inst, req)).toEqual({ outcome: 'completed', responses: 1 });
         if (!(out instanceof Map)) expect(out).toMatchObject({ accepted: [], rejected: [s.e] });

@@ -18,6 +18,7 @@ import {
 import {
   answered,
   countKey,
+  heldRace,
   isRecovery,
   type Op,
   openRacer,
@@ -59,17 +60,17 @@ describe('spec: "Lock order is origin instance, effects ordered by ID, ..." and 
       const onInstance = isRecovery(first) || isRecovery(second);
       it(`${first} held on the effect, then ${second}: it waits on the ${onInstance ? 'instance' : 'effect'}; the first wins, the loser changes nothing`, async () => {
         const s = await staleScene(first === 'batch' || second === 'batch');
-        const holder = await holdRows(pool, opened, [['effects', s.e]]);
-        const [r1, r2] = [await openRacer(opened), await openRacer(opened)];
-        const a = await start(first, r1.pool, s);
-        expect(await waitsOn(pool, r1.pid)).toBe(await rowOf(pool, 'effects', s.e));
-        const b = await start(second, r2.pool, s);
         // A recovery pass or check takes the instance `for no key update`, a write-back `for
         // share`: only two write-backs share it, and then meet on the effect.
-        expect(await waitsOn(pool, r2.pid)).toBe(
-          onInstance ? await rowOf(pool, 'actor_instances', s.inst) : await rowOf(pool, 'effects', s.e),
+        const [a, b] = await heldRace(
+          { pool, opened },
+          ['effects', s.e],
+          { start: (on) => start(first, on, s), waitsOn: ['effects', s.e] },
+          {
+            start: (on) => start(second, on, s),
+            waitsOn: onInstance ? ['actor_instances', s.inst] : ['effects', s.e],
+          },
         );
-        await holder.release();
         const [ra, rb] = await Promise.all([a.done, b.done]);
 
         const e = await effectRow(pool, s.e);

@@ -122,6 +122,24 @@ describe('GET /healthz under load (the isolate connection budget)', () => {
     expect(healthProbes.started - before.started).toBe(1);
     expect(poolStats.opened - before.opened).toBe(1);
   });
+
+  it('health.busy_names_open_pools: the busy answer is logged with the pools still open beside the places held', async () => {
+    await exports.default.fetch('http://test/healthz');
+    const { capacity, backgroundCapacity } = isolateGate.snapshot();
+    await hold('background', backgroundCapacity);
+    await hold('answer', capacity - backgroundCapacity);
+    const logs = captureLogLines({ quiet: true });
+    const ctx = createExecutionContext();
+    const res = await worker.fetch(new Request('http://test/healthz'), { ...env, LOG_LEVEL: 'info' }, ctx);
+    await waitOnExecutionContext(ctx);
+    logs.restore();
+    expect(((await res.json()) as { db: string }).db).toBe('busy');
+    const [busy] = logs.events('health_db_busy');
+    expect(busy).toMatchObject({ held: capacity, capacity, openPools: expect.any(Number) });
+    // The places here are held without pools (this test's permits): fewer pools than places
+    // is what tells a leak or a foreign holder from work in progress.
+    expect(busy!.openPools as number).toBeLessThan(capacity);
+  });
 });
 
 describe('configuration', () => {

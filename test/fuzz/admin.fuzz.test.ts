@@ -1,18 +1,16 @@
 import { env } from 'cloudflare:workers';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, it } from 'vitest';
+import { beforeAll, describe, it } from 'vitest';
 import { app } from '../../workers/app';
-import { testPool, uid } from '../helpers/db';
+import { uid } from '../helpers/db';
 import { installApp, type TestApp } from '../lark/helpers';
 import { seedWorld, type World } from '../reaction-tickets/helpers';
 import {
   bodyBytes,
   contentType,
-  expectHealthy,
   type FuzzCase,
-  FuzzGroup,
-  fcParams,
-  fuzzTimeout,
+  fuzzPool,
+  itFuzzes,
   nastyJson,
   nastyNumber,
   nastySegment,
@@ -25,8 +23,7 @@ import {
  * editing this file), with path ids that exist or are hostile, bodies built from the fields
  * the admin API knows (and junk), and every form of the admin token.
  */
-const pool = testPool(2);
-afterAll(() => pool.end());
+const pool = fuzzPool();
 
 interface Route {
   method: string;
@@ -149,29 +146,18 @@ function encodeId(id: string): string {
 }
 
 describe('fuzz: every /admin route', () => {
-  it(
+  itFuzzes(
     'answers no 5xx, writes nothing when it refuses, leaks no secret, and stays healthy',
-    async ({ task }) => {
-      const routes = adminRoutes();
-      const group = new FuzzGroup('/admin', pool, [
-        ...workerSecrets(),
-        lark.appSecret,
-        lark.verificationToken,
-        lark.encryptKey!,
-      ]);
-      for (const route of routes)
-        await fc.assert(
-          fc.asyncProperty(adminCase(route), async (c) => {
-            await group.send(c);
-          }),
-          fcParams(routes.length),
-        );
-      group.finish(
-        task,
-        routes.map((r) => `${r.method} ${r.path}`),
-      );
-      await expectHealthy();
-    },
-    fuzzTimeout(),
+    pool,
+    () => ({
+      group: '/admin',
+      secrets: [...workerSecrets(), lark.appSecret, lark.verificationToken, lark.encryptKey!],
+      targets: adminRoutes(),
+      label: (r) => `${r.method} ${r.path}`,
+      cases: adminCase,
+      check: async (group, c) => {
+        await group.send(c);
+      },
+    }),
   );
 });

@@ -2,8 +2,9 @@ import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test'
 import { env } from 'cloudflare:workers';
 import type { Pool } from '@neondatabase/serverless';
 import fc from 'fast-check';
-import { expect, inject } from 'vitest';
+import { afterAll, expect, inject, it } from 'vitest';
 import worker from '../../workers/index';
+import { testPool } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
 import { changedTables, type TableSum, tableSums } from '../helpers/tables';
 
@@ -268,6 +269,51 @@ export async function expectHealthy(): Promise<void> {
   const res = await worker.fetch(new Request('http://test/healthz'), env, ctx);
   await waitOnExecutionContext(ctx);
   expect({ status: res.status, body: await res.json() }).toMatchObject({ status: 200, body: { db: 'ok' } });
+}
+
+/** The file's own connections for the harness's table snapshots, ended after its tests. */
+export function fuzzPool(): Pool {
+  const pool = testPool(2);
+  afterAll(() => pool.end());
+  return pool;
+}
+
+/** A route group's fuzz: its targets (routes), each target's cases, and how a case is sent. */
+export interface FuzzPlan<T, C> {
+  group: string;
+  secrets: string[];
+  targets: T[];
+  /** The target's name in the report (`METHOD /path`). */
+  label: (target: T) => string;
+  cases: (target: T) => fc.Arbitrary<C>;
+  /** Sends one case through the group (group.send) and checks what the group does not. */
+  check: (group: FuzzGroup, c: C, target: T) => Promise<void>;
+  /** After every case: the group's own assertions over what its checks collected. */
+  after?: () => void;
+}
+
+/**
+ * The test of one route group: the plan, built when the test runs (after the file's
+ * `beforeAll`); every target its share of the cases through one FuzzGroup; the report; and the
+ * Worker still healthy after.
+ */
+export function itFuzzes<T, C>(title: string, pool: Pool, plan: () => FuzzPlan<T, C>): void {
+  it(
+    title,
+    async ({ task }) => {
+      const p = plan();
+      const group = new FuzzGroup(p.group, pool, p.secrets);
+      for (const target of p.targets)
+        await fc.assert(
+          fc.asyncProperty(p.cases(target), (c) => p.check(group, c, target)),
+          fcParams(p.targets.length),
+        );
+      p.after?.();
+      group.finish(task, p.targets.map(p.label));
+      await expectHealthy();
+    },
+    fuzzTimeout(),
+  );
 }
 
 // ---- arbitraries ----------------------------------------------------------------------

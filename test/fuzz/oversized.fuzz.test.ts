@@ -1,11 +1,10 @@
 import { env } from 'cloudflare:workers';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { app } from '../../workers/app';
-import { testPool } from '../helpers/db';
 import { installApp, type TestApp } from '../lark/helpers';
 import { seedWorld, type World } from '../reaction-tickets/helpers';
-import { expectHealthy, type FuzzCase, FuzzGroup, fcParams, fuzzTimeout, workerSecrets } from './harness';
+import { type FuzzCase, fuzzPool, itFuzzes, workerSecrets } from './harness';
 
 /**
  * Issue 29 hole 11: a body over every route's limit (256 KiB is the largest), declared or
@@ -15,8 +14,7 @@ import { expectHealthy, type FuzzCase, FuzzGroup, fcParams, fuzzTimeout, workerS
  * go through the Worker's own fetch; the same matrix through `wrangler dev`, where the hole was
  * seen, is test/node/foundation/oversized-bodies.wrangler.test.ts.
  */
-const pool = testPool(2);
-afterAll(() => pool.end());
+const pool = fuzzPool();
 
 const OVER_EVERY_LIMIT = 256 * 1024 + 1;
 const MAX_FUZZ_BODY = 1024 * 1024;
@@ -120,36 +118,29 @@ const followUps = (): [FuzzCase, number][] => [
 ];
 
 describe('fuzz: an oversized body on every route', () => {
-  it(
-    'is refused with nothing written, and the requests after it are answered normally',
-    async ({ task }) => {
-      const routes = bodyRoutes();
-      expect(routes.length).toBeGreaterThanOrEqual(15);
-      const group = new FuzzGroup('oversized bodies', pool, workerSecrets());
-      const after: string[] = [];
-      for (const route of routes)
-        await fc.assert(
-          fc.asyncProperty(oversizedCase(route), async (c) => {
-            const { status } = await group.send(c);
-            // An undeclared body is counted as the route reads it: a route that reads no body
-            // (an action such as POST /admin/typing-reactions/stop) answers as it would without
-            // one, and the body is read to its end and dropped. A declared one is always 413.
-            if (status < 400 && c.declared) after.push(`${c.route}: ${status} to an oversized body`);
-            for (const [next, expected] of followUps()) {
-              const answer = await group.send(next);
-              if (answer.status !== expected)
-                after.push(`${next.route} after ${c.route}: ${answer.status} ${answer.text.slice(0, 120)}`);
-            }
-          }),
-          fcParams(routes.length),
-        );
-      expect(after.slice(0, 10)).toEqual([]);
-      group.finish(
-        task,
-        routes.map((r) => `${r.method} ${r.path}`),
-      );
-      await expectHealthy();
-    },
-    fuzzTimeout(),
-  );
+  const after: string[] = [];
+  itFuzzes('is refused with nothing written, and the requests after it are answered normally', pool, () => {
+    const routes = bodyRoutes();
+    expect(routes.length).toBeGreaterThanOrEqual(15);
+    return {
+      group: 'oversized bodies',
+      secrets: workerSecrets(),
+      targets: routes,
+      label: (r) => `${r.method} ${r.path}`,
+      cases: oversizedCase,
+      check: async (group, c) => {
+        const { status } = await group.send(c);
+        // An undeclared body is counted as the route reads it: a route that reads no body
+        // (an action such as POST /admin/typing-reactions/stop) answers as it would without
+        // one, and the body is read to its end and dropped. A declared one is always 413.
+        if (status < 400 && c.declared) after.push(`${c.route}: ${status} to an oversized body`);
+        for (const [next, expected] of followUps()) {
+          const answer = await group.send(next);
+          if (answer.status !== expected)
+            after.push(`${next.route} after ${c.route}: ${answer.status} ${answer.text.slice(0, 120)}`);
+        }
+      },
+      after: () => expect(after.slice(0, 10)).toEqual([]),
+    };
+  });
 });

@@ -1,17 +1,14 @@
 import { env, exports } from 'cloudflare:workers';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { signActorToken } from '../../workers/auth/sign';
-import { testPool } from '../helpers/db';
 import { seedWorld, tokenFor, type World } from '../reaction-tickets/helpers';
 import {
   bodyBytes,
   contentType,
-  expectHealthy,
   type FuzzCase,
-  FuzzGroup,
-  fcParams,
-  fuzzTimeout,
+  fuzzPool,
+  itFuzzes,
   nastyJson,
   nastyNumber,
   nastySegment,
@@ -25,8 +22,7 @@ import {
  * valid or hostile; the actor token valid, a non-member's, expired, forged or missing. Tickets
  * the run is issued are reused by later cases, so writes and retirements are reached too.
  */
-const pool = testPool(2);
-afterAll(() => pool.end());
+const pool = fuzzPool();
 
 // biome-ignore lint/suspicious/noExplicitAny: a JSON Schema fragment of the OpenAPI document
 type Schema = any;
@@ -219,50 +215,40 @@ function v1Case(op: Operation): fc.Arbitrary<() => FuzzCase> {
 }
 
 describe('fuzz: every /v1 route of the OpenAPI document', () => {
-  it(
-    'answers no 5xx, writes nothing when it refuses, leaks no secret, and stays healthy',
-    async ({ task }) => {
-      const ops = operations();
-      expect(ops.length).toBeGreaterThanOrEqual(5);
-      const group = new FuzzGroup('/v1 (OpenAPI)', pool, workerSecrets());
-      // Issue 29 hole 13: every error answered must be one the document lists for its route.
-      const unlisted: string[] = [];
-      for (const op of ops)
-        await fc.assert(
-          fc.asyncProperty(v1Case(op), async (build) => {
-            const { status, text } = await group.send(build());
-            if (status >= 400 && status !== 500) {
-              const code = (JSON.parse(text) as { error?: { code?: string } }).error?.code ?? '';
-              if (!listedCodes(op, status).includes(code) && unlisted.length < 10)
-                unlisted.push(`${op.method} ${op.path} ${status} ${code}`);
-            }
-            if (status === 200 || status === 201) {
-              const body = JSON.parse(text) as {
-                ticket?: string;
-                operationId?: string;
-                intent?: { messageId: string; emoji: string };
-              };
-              if (body.ticket && body.operationId && body.intent && issued.length < 200)
-                issued.push({
-                  ticket: body.ticket,
-                  operationId: body.operationId,
-                  messageId: body.intent.messageId,
-                  emoji: body.intent.emoji,
-                });
-            }
-          }),
-          fcParams(ops.length),
-        );
-      expect(unlisted).toEqual([]);
-      group.finish(
-        task,
-        ops.map((o) => `${o.method} ${o.path}`),
-      );
-      await expectHealthy();
-    },
-    fuzzTimeout(),
-  );
+  // Issue 29 hole 13: every error answered must be one the document lists for its route.
+  const unlisted: string[] = [];
+  itFuzzes('answers no 5xx, writes nothing when it refuses, leaks no secret, and stays healthy', pool, () => {
+    const ops = operations();
+    expect(ops.length).toBeGreaterThanOrEqual(5);
+    return {
+      group: '/v1 (OpenAPI)',
+      secrets: workerSecrets(),
+      targets: ops,
+      label: (o) => `${o.method} ${o.path}`,
+      cases: v1Case,
+      check: async (group, build, op) => {
+        const { status, text } = await group.send(build());
+        if (status >= 400 && status !== 500) {
+          const code = (JSON.parse(text) as { error?: { code?: string } }).error?.code ?? '';
+          if (!listedCodes(op, status).includes(code) && unlisted.length < 10)
+            unlisted.push(`${op.method} ${op.path} ${status} ${code}`);
+        }
+        if (status === 200 || status === 201) {
+          const body = JSON.parse(text) as {
+            ticket?: string;
+            operationId?: string;
+            intent?: { messageId: string; emoji: string };
+          };
+          if (body.ticket && body.operationId && body.intent && issued.length < 200)
+            issued.push({
+              ticket: body.ticket,
+              operationId: body.operationId,
+              messageId: body.intent.messageId,
+              emoji: body.intent.emoji,
+            });
+        }
+      },
+      after: () => expect(unlisted).toEqual([]),
+    };
+  });
 });
-
-// The actor JWT secret must be set for the tokens above to mean anything.
-if (!env.ACTOR_JWT_SECRET) throw new Error('ACTOR_JWT_SECRET is not set for the test run');

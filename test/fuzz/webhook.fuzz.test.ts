@@ -1,15 +1,13 @@
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, it } from 'vitest';
-import { testPool, uid } from '../helpers/db';
+import { beforeAll, describe, it } from 'vitest';
+import { uid } from '../helpers/db';
 import { buildEvent, installApp, type TestApp } from '../lark/helpers';
 import {
   bodyBytes,
   contentType,
-  expectHealthy,
   type FuzzCase,
-  FuzzGroup,
-  fcParams,
-  fuzzTimeout,
+  fuzzPool,
+  itFuzzes,
   nastyJson,
   nastySegment,
   nastyString,
@@ -23,8 +21,7 @@ import {
  * the answer may be 200 (recorded, ignored, rejected as unstorable, duplicate) or a 400, never
  * a 5xx, and a refusal still writes nothing.
  */
-const pool = testPool(2);
-afterAll(() => pool.end());
+const pool = fuzzPool();
 
 const ROUTE = 'POST /lark/events/:installationId';
 let encrypted: TestApp;
@@ -183,28 +180,23 @@ function messageEvent(app: TestApp) {
 }
 
 describe('fuzz: the Lark webhook', () => {
-  it(
-    'unsigned: anything anyone can send is a 4xx, writes nothing, leaks no secret',
-    async ({ task }) => {
-      const group = new FuzzGroup('webhook (unsigned)', pool, appSecrets());
-      await fc.assert(
-        fc.asyncProperty(unsignedCase, async (build) => {
-          const { status } = await group.send(build());
-          // Without an installation's keys nothing is accepted.
-          if (status < 400) throw new Error(`an unsigned delivery was accepted (${status})`);
-        }),
-        fcParams(),
-      );
-      group.finish(task, [ROUTE]);
-      await expectHealthy();
+  itFuzzes('unsigned: anything anyone can send is a 4xx, writes nothing, leaks no secret', pool, () => ({
+    group: 'webhook (unsigned)',
+    secrets: appSecrets(),
+    targets: [ROUTE],
+    label: (route) => route,
+    cases: () => unsignedCase,
+    check: async (group, build) => {
+      const { status } = await group.send(build());
+      // Without an installation's keys nothing is accepted.
+      if (status < 400) throw new Error(`an unsigned delivery was accepted (${status})`);
     },
-    fuzzTimeout(),
-  );
+  }));
 
-  it(
+  itFuzzes(
     'signed: hostile content, signed as Lark signs it, is never a 5xx and a refusal writes nothing',
-    async ({ task }) => {
-      const group = new FuzzGroup('webhook (signed)', pool, appSecrets());
+    pool,
+    () => {
       const cases = fc.record({
         app: fc.constantFrom('encrypted', 'plain'),
         payload: fc.constant(null),
@@ -214,22 +206,21 @@ describe('fuzz: the Lark webhook', () => {
         ),
       });
       const payloads = { encrypted: messageEvent(encrypted), plain: messageEvent(plain) };
-      await fc.assert(
-        fc.asyncProperty(
+      return {
+        group: 'webhook (signed)',
+        secrets: appSecrets(),
+        targets: [ROUTE],
+        label: (route) => route,
+        cases: () =>
           cases.chain((c) => payloads[c.app as 'encrypted' | 'plain'].map((payload) => ({ ...c, payload }))),
-          async ({ app, payload, misroute }) => {
-            const signer = app === 'encrypted' ? encrypted : plain;
-            const built = await buildEvent(signer, { type: 'custom', payload });
-            // Misrouted: signed for one installation, posted to the other (its keys differ).
-            const target = misroute ? (app === 'encrypted' ? plain : encrypted) : signer;
-            await group.send(post(target.installationId, built.request.headers, built.request.body));
-          },
-        ),
-        fcParams(),
-      );
-      group.finish(task, [ROUTE]);
-      await expectHealthy();
+        check: async (group, { app, payload, misroute }) => {
+          const signer = app === 'encrypted' ? encrypted : plain;
+          const built = await buildEvent(signer, { type: 'custom', payload });
+          // Misrouted: signed for one installation, posted to the other (its keys differ).
+          const target = misroute ? (app === 'encrypted' ? plain : encrypted) : signer;
+          await group.send(post(target.installationId, built.request.headers, built.request.body));
+        },
+      };
     },
-    fuzzTimeout(),
   );
 });

@@ -1,5 +1,6 @@
 import { env } from 'cloudflare:workers';
 import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { afterEach } from 'vitest';
 import { openPool } from '../../workers/db/pool';
 
 /**
@@ -22,6 +23,31 @@ export function testPool(max = 8): Pool {
 export async function backendPid(client: PoolClient): Promise<number> {
   const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
   return rows[0]!.pid;
+}
+
+/**
+ * The holders of a file's forced races: `hold(sql, params)` opens a transaction on a
+ * connection of its own and runs `sql` (a lock the production code takes, imported from it)
+ * once per params row; the test commits it to release the lock. After each test every holder
+ * is rolled back and released, so a failed test never leaves a lock behind.
+ */
+export function lockHolders(pool: Pool) {
+  const holders: PoolClient[] = [];
+  afterEach(async () => {
+    for (const h of holders.splice(0)) {
+      // Handled by design: a holder the test committed has nothing left to roll back, and a
+      // broken connection is released all the same.
+      await h.query('rollback').catch(() => undefined);
+      h.release();
+    }
+  });
+  return async function hold(sql: string, params: unknown[][]): Promise<PoolClient & { pid: number }> {
+    const client = await pool.connect();
+    holders.push(client);
+    await client.query('begin');
+    for (const p of params) await client.query(sql, p);
+    return Object.assign(client, { pid: await backendPid(client) });
+  };
 }
 
 /**

@@ -4,7 +4,7 @@ import { advanceDbClock, setDbClockOffset, testPool, uid } from '../helpers/db';
 import { DAY_MS, runSteps } from './helpers';
 
 /**
- * `lark_call_counts` (migration 0190): the rate gate counts each call it admits in the app's
+ * `lark_call_counts` (migrations/0030_baseline_lark.sql): the rate gate counts each call it admits in the app's
  * row of the UTC day (workers/lark/rate-limits.ts `admit`), and the housekeeping's `lark_calls`
  * step deletes a day's row 7 days after it (workers/lark/call-counts.ts, docs/retention-rules.md).
  */

@@ -167,7 +167,7 @@ export const DAY_MS = 86_400_000;
 
 /**
  * Reopens the closed legacy contract, which nothing in a migrated database can do: the
- * trigger refuses every reopen (migration 0084). A test that needs the open state again
+ * trigger refuses every reopen (migrations/0020_baseline_reaction_tickets.sql). A test that needs the open state again
  * disables it for its own transaction, as the table's owner; no other session sees it off.
  */
 export async function reopenLegacyContract(pool: Pool): Promise<void> {

@@ -100,7 +100,7 @@ describe('legacy unbounded desired-state contract', () => {
     const client = await pool.connect();
     try {
       await client.query('begin');
-      // The setting that used to reopen it in test databases (before migration 0084).
+      // The setting that used to reopen it in test databases (before the one-way trigger).
       await client.query("set local app.test_clock = 'on'");
       await expect(
         client.query('update private.write_contract_state set closed_at = null, drained_at = null'),

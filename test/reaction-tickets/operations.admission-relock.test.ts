@@ -1,24 +1,18 @@
-import type { PoolClient } from '@neondatabase/serverless';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { MESSAGE_LOCK_SQL } from '../../workers/reaction-tickets/locks';
-import { backendPid, blockedBehind, testPool } from '../helpers/db';
+import { blockedBehind, lockHolders, testPool } from '../helpers/db';
 import { opId, PATIENT, put, seedWorld, ticketFor } from './helpers';
 
 /**
  * Issue 29 "also still open": sign-out and membership were read once, after the operation
  * lock, and not again after the message lock, so a removal or sign-out committed while a
  * ticketed write waited on the message row did not stop it. Admission is now read again after
- * the last lock, in the statement that reads fresh time (migration 0130). Forced: the message
- * row is held, the write waits on it, the admission changes, the row is released.
+ * the last lock, in the statement that reads fresh time (migrations/functions/reaction_tickets.sql).
+ * Forced: the message row is held, the write waits on it, the admission changes, the row is
+ * released.
  */
 const pool = testPool();
-const holders: PoolClient[] = [];
-afterEach(async () => {
-  for (const h of holders.splice(0)) {
-    await h.query('rollback').catch(() => undefined);
-    h.release();
-  }
-});
+const hold = lockHolders(pool);
 afterAll(() => pool.end());
 
 async function raceAgainst(change: (w: Awaited<ReturnType<typeof seedWorld>>) => Promise<void>) {
@@ -26,12 +20,9 @@ async function raceAgainst(change: (w: Awaited<ReturnType<typeof seedWorld>>) =>
   const intent = { messageId: w.messages[0]!, emoji: '👍', desired: 'present' as const };
   const operationId = opId();
   const ticket = await ticketFor(w.tokens[0]!, operationId, intent);
-  const holder = await pool.connect();
-  holders.push(holder);
-  await holder.query('begin');
-  await holder.query(MESSAGE_LOCK_SQL, [intent.messageId]);
+  const holder = await hold(MESSAGE_LOCK_SQL, [[intent.messageId]]);
   const pending = put(w.tokens[0]!, operationId, ticket, intent, PATIENT);
-  await blockedBehind(pool, await backendPid(holder));
+  await blockedBehind(pool, holder.pid);
   await change(w);
   await holder.query('commit');
   const res = await pending;

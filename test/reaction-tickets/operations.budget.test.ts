@@ -7,7 +7,7 @@ const pool = testPool();
 afterAll(() => pool.end());
 
 /**
- * The ticketed write is one statement (private.reaction_ticket_call, migration 0110), where
+ * The ticketed write is one statement (private.reaction_ticket_call, migrations/functions/reaction_tickets.sql), where
  * statement_timeout set by the caller would not arm: the function enforces the request's
  * budgets itself, as lock_timeout before each lock. These prove the budgets still bound a
  * request queued behind a hot message: 503, nothing written, the same operation replayable.

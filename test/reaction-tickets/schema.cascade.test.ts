@@ -58,7 +58,7 @@ describe('receipt and fence lifetimes (migration 0020)', () => {
         ),
       );
     // Every ticket write inserts into each receipt index, every retirement into each fence
-    // index (migrations 0117 and 0118 dropped the two unused ones of each).
+    // index (the baseline, migrations/0020_baseline_reaction_tickets.sql, keeps none of the two unused ones each had before).
     expect(defs).not.toMatch(
       /ON private\.chat_(retired_)?reaction_operations USING btree \((created_at|ticket_expires_at)\)$/m,
     );

@@ -23,7 +23,7 @@ async function outcome(sql: string, params: unknown[]): Promise<string> {
 
 const WORD = 'Az09_-';
 
-describe('write-path CHECKs without a counted regex repeat (migration 0116)', () => {
+describe('write-path CHECKs without a counted regex repeat (migrations/0020_baseline_reaction_tickets.sql)', () => {
   it('messages.id: 1 to 128 of [A-Za-z0-9_.:-], exactly as the {1,128} pattern of 0020', async () => {
     const w = await seedWorld(1, 0);
     const insert = (id: string) =>

@@ -1,9 +1,9 @@
 import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import type { PoolClient } from '@neondatabase/serverless';
-import { afterAll, afterEach, describe, expect, inject, it } from 'vitest';
+import { afterAll, describe, expect, inject, it } from 'vitest';
 import { ISSUANCE_LOCK_SQL, OPERATION_LOCK_SQL } from '../../workers/reaction-tickets/locks';
-import { backendPid, blockedBehindAll, testPool } from '../helpers/db';
+import { blockedBehindAll, lockHolders, testPool } from '../helpers/db';
 import { call, opId, PATIENT, type Reply, seedWorld, type World } from './helpers';
 
 /**
@@ -11,13 +11,7 @@ import { call, opId, PATIENT, type Reply, seedWorld, type World } from './helper
  * race is forced by holding a lock the requests need and releasing it once they wait on it.
  */
 const pool = testPool();
-const holders: PoolClient[] = [];
-afterEach(async () => {
-  for (const h of holders.splice(0)) {
-    await h.query('rollback').catch(() => undefined);
-    h.release();
-  }
-});
+const hold = lockHolders(pool);
 afterAll(() => pool.end());
 
 function asker(
@@ -50,15 +44,6 @@ async function ticketsOf(actorId: string): Promise<number> {
     [actorId],
   );
   return rows[0]!.n;
-}
-
-/** A connection with an open transaction holding `sql`'s lock until the test releases it. */
-async function hold(sql: string, params: unknown[][]): Promise<PoolClient & { pid: number }> {
-  const client = await pool.connect();
-  holders.push(client);
-  await client.query('begin');
-  for (const p of params) await client.query(sql, p);
-  return Object.assign(client, { pid: await backendPid(client) });
 }
 
 describe('the per-actor outstanding bound under concurrency', () => {

@@ -1,7 +1,6 @@
-import type { PoolClient } from '@neondatabase/serverless';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { ISSUANCE_LOCK_SQL } from '../../workers/reaction-tickets/locks';
-import { advanceDbClock, backendPid, blockedBehind, testPool } from '../helpers/db';
+import { advanceDbClock, blockedBehind, lockHolders, testPool } from '../helpers/db';
 import { call, opId, PATIENT, seedWorld } from './helpers';
 
 /**
@@ -12,13 +11,7 @@ import { call, opId, PATIENT, seedWorld } from './helpers';
  * same terminal 410 `operation_expired` as being past it at the first read.
  */
 const pool = testPool();
-const holders: PoolClient[] = [];
-afterEach(async () => {
-  for (const h of holders.splice(0)) {
-    await h.query('rollback').catch(() => undefined);
-    h.release();
-  }
-});
+const hold = lockHolders(pool);
 afterAll(() => pool.end());
 
 const TTL_S = 60;
@@ -28,16 +21,13 @@ describe('the admission window ends while issuance waits on its lock', () => {
     const w = await seedWorld(1, 1);
     // Stamped 55 s ago: inside the 60 s window at the first read.
     const operationId = opId((TTL_S - 5) * 1000);
-    const holder = await pool.connect();
-    holders.push(holder);
-    await holder.query('begin');
-    await holder.query(ISSUANCE_LOCK_SQL, [w.actors[0]]);
+    const holder = await hold(ISSUANCE_LOCK_SQL, [[w.actors[0]]]);
     const pending = call('POST', '/v1/reaction-tickets', {
       token: w.tokens[0]!,
       env: { ...PATIENT, REACTION_TICKET_TTL_SECONDS: String(TTL_S) },
       body: { operationId, messageId: w.messages[0]!, emoji: '👍', desired: 'present' },
     });
-    await blockedBehind(pool, await backendPid(holder));
+    await blockedBehind(pool, holder.pid);
     // The window ends while the request waits on the lock.
     await advanceDbClock(pool, 10_000);
     await holder.query('commit');

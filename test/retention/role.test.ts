@@ -18,7 +18,7 @@ const pool = testPool();
 const LIMITS = { receiptRetentionMs: 30 * DAY_MS, fenceRetentionMs: 90 * DAY_MS, drainGraceMs: 3_600_000 };
 
 /**
- * The cleanup's own database role (issue 29 hole 10, migration 0138): a login user that is a
+ * The cleanup's own database role (issue 29 hole 10, migrations/0060_baseline_retention.sql): a login user that is a
  * member of reaction_retention_cleanup can do everything the cleanup Worker does (probe,
  * batches, control row, activation record) and nothing else of the schema.
  */
@@ -61,7 +61,7 @@ async function asCleanup<R>(fn: (c: PoolClient) => Promise<R>): Promise<R> {
   }
 }
 
-describe('the cleanup role (migration 0138)', () => {
+describe('the cleanup role (0060_baseline_retention)', () => {
   it('can run every statement of the cleanup', async () => {
     await asCleanup(async (c) => {
       const look = await probe(c, LIMITS);

@@ -9,7 +9,7 @@ create table app_test_clock (
 );
 insert into app_test_clock default values;
 -- Every role reads app_now(), so every role reads the offset (the cleanup's own role of
--- migration 0138 included); only the test owner changes it.
+-- migrations/0060_baseline_retention.sql included); only the test owner changes it.
 grant select on app_test_clock to public;
 
 create or replace function app_now() returns timestamptz

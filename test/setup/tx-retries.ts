@@ -11,7 +11,7 @@ const retries: TxRetry[] = [];
 let deadlocksExpected = false;
 onTxRetry((retry) => retries.push(retry));
 
-/** Declares that this test provokes deadlocks on purpose (test/foundation/db.skip-locked does). */
+/** Declares that this test provokes deadlocks on purpose (db.skip-locked and webhook.atomic do). */
 export function expectDeadlocks(): void {
   deadlocksExpected = true;
 }

@@ -48,22 +48,31 @@ export async function readAgentStream(
 ): Promise<AgentReply> {
   // JSON escapes can make one character up to 12 bytes (\\uXXXX twice for a surrogate pair).
   const maxLine = opts.maxChars * 12 + 1024;
+  const events = agentEvents(opts);
+  const onLine = eventFramer(format, maxLine, events.onEvent);
   const reader = body.getReader();
-  // Fatal: NDJSON and SSE are UTF-8 text, and bytes that are not UTF-8 break the protocol
-  // (a replacing decoder would pass them on as U+FFFD in the reply). Found by the fuzz suite.
-  const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
-  const decode = (bytes?: Uint8Array) => {
-    try {
-      return bytes ? decoder.decode(bytes, { stream: true }) : decoder.decode();
-    } catch {
-      throw invalid('bytes that are not UTF-8');
-    }
-  };
-  let buffered = '';
-  let sseData: string[] = [];
+  try {
+    await readLines(reader, maxLine, onLine);
+    // An SSE event still open at the end counts as ended.
+    if (format === 'sse') onLine('');
+  } catch (err) {
+    // Handled by design: the stream is abandoned (its agent connection closed) and the
+    // generation fails with the error thrown here, or the read's own (the timeout's abort).
+    await reader.cancel().catch(() => undefined);
+    throw err;
+  }
+  const done = events.done();
+  if (done === null) throw invalid('it ended without done');
+  return { text: done };
+}
+
+/**
+ * The protocol's rules for each event: JSON of a known shape, text within the limit, nothing
+ * after `done`; `done()` is the final text once it came (else null).
+ */
+function agentEvents(opts: ReadStreamOptions) {
   let text = '';
   let done: string | null = null;
-
   const onEvent = (raw: string) => {
     if (done !== null) throw invalid('an event after done');
     let parsed: unknown;
@@ -85,8 +94,13 @@ export async function readAgentStream(
     } else if (e.type === 'error')
       throw new AppError('agent_failed', `agent reported an error${e.code ? ` (${e.code})` : ''}`);
   };
+  return { onEvent, done: () => done };
+}
 
-  const onLine = (line: string) => {
+/** The framing: NDJSON is an event per non-blank line; SSE joins `data:` lines until a blank one. */
+function eventFramer(format: StreamFormat, maxLine: number, onEvent: (raw: string) => void) {
+  let sseData: string[] = [];
+  return (line: string) => {
     if (format === 'ndjson') {
       if (line.trim() !== '') onEvent(line);
       return;
@@ -101,31 +115,44 @@ export async function readAgentStream(
       if (sseData.reduce((n, d) => n + d.length, 0) > maxLine) throw invalid('an event past the size limit');
     }
   };
+}
 
-  try {
-    for (;;) {
-      const { value, done: ended } = await reader.read();
-      if (ended) break;
-      buffered += decode(value);
-      let newline = buffered.indexOf('\n');
-      while (newline !== -1) {
-        onLine(buffered.slice(0, newline).replace(/\r$/, ''));
-        buffered = buffered.slice(newline + 1);
-        newline = buffered.indexOf('\n');
-      }
-      if (buffered.length > maxLine) throw invalid('a line past the size limit');
+/** Each line of the body, without its line end, to `onLine`; the last one needs no newline. */
+async function readLines(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  maxLine: number,
+  onLine: (line: string) => void,
+): Promise<void> {
+  const decode = utf8Decoder();
+  let buffered = '';
+  for (;;) {
+    const { value, done: ended } = await reader.read();
+    if (ended) break;
+    buffered += decode(value);
+    let newline = buffered.indexOf('\n');
+    while (newline !== -1) {
+      onLine(buffered.slice(0, newline).replace(/\r$/, ''));
+      buffered = buffered.slice(newline + 1);
+      newline = buffered.indexOf('\n');
     }
-    // A character cut off by the end is not UTF-8 either.
-    buffered += decode();
-    // The last line needs no newline; an SSE event still open at the end counts as ended.
-    if (buffered !== '') onLine(buffered.replace(/\r$/, ''));
-    if (format === 'sse') onLine('');
-  } catch (err) {
-    // Handled by design: the stream is abandoned (its agent connection closed) and the
-    // generation fails with the error thrown here, or the read's own (the timeout's abort).
-    await reader.cancel().catch(() => undefined);
-    throw err;
+    if (buffered.length > maxLine) throw invalid('a line past the size limit');
   }
-  if (done === null) throw invalid('it ended without done');
-  return { text: done };
+  // A character cut off by the end is not UTF-8 either.
+  buffered += decode();
+  if (buffered !== '') onLine(buffered.replace(/\r$/, ''));
+}
+
+/**
+ * Fatal: NDJSON and SSE are UTF-8 text, and bytes that are not UTF-8 break the protocol (a
+ * replacing decoder would pass them on as U+FFFD in the reply). Found by the fuzz suite.
+ */
+function utf8Decoder(): (bytes?: Uint8Array) => string {
+  const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+  return (bytes) => {
+    try {
+      return bytes ? decoder.decode(bytes, { stream: true }) : decoder.decode();
+    } catch {
+      throw invalid('bytes that are not UTF-8');
+    }
+  };
 }

@@ -1,13 +1,17 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
-import { onPool } from '../db/pool';
 import type { EffectExecutor, EffectRunContext } from '../effects/registry';
-import { loadInstallation } from '../installations/store';
 import type { LarkClient } from '../lark/client';
 import { LarkApiError } from '../lark/errors';
 import { log } from '../log';
 import { notice } from './notices';
-import { type ChannelDeps, channelLark, DELIVERY_BUDGET_MS, REPLY_UUID_SAFE_MS } from './reply';
+import {
+  type ChannelDeps,
+  type ChannelRun,
+  channelExecutor,
+  DELIVERY_BUDGET_MS,
+  REPLY_UUID_SAFE_MS,
+} from './reply';
 import { FAILURE_NOTICE_KIND, type FailureNoticeArgs } from './types';
 
 type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
@@ -148,44 +152,44 @@ async function post(
 
 /** `channel.failure-notice`, emitted by a failed turn's settlement (conversation.ts `settle`). */
 export function failureNoticeExecutor(deps: ChannelDeps): EffectExecutor {
-  return {
+  const policy = {
     kind: FAILURE_NOTICE_KIND,
     timeoutMs: 15_000,
     // Not idempotent by key: a reaction create is not (see above), so a restarted host waits
     // for the old run's process to go stale instead of running beside it.
     idempotentByKey: false,
-    async run(effect, _signal, ctx?: EffectRunContext): Promise<{ notice: NoticeOutcome }> {
-      const a = effect.args as FailureNoticeArgs;
-      const config = deps.config();
-      const db = <T>(use: (q: Q) => Promise<T>) => onPool(config, ctx?.pool, use);
-      const row = await db((q) => decide(q, a));
-      if (!row) return { notice: 'none' };
-      if (row.posted) return { notice: 'already_posted' };
-      const installation = await db((q) => loadInstallation(q, config.SECRET_KEYS, a.installationId));
-      // The installation is gone, and with it its credentials: nothing can reach the chat.
-      if (!installation) return { notice: 'refused' };
-      const lark = channelLark(deps, config, installation, ctx);
-      try {
-        const outcome = await post(lark, db, a, row, installation.appId);
-        log.info('channel_failure_notice', {
-          sessionId: a.sessionId,
-          turnNo: a.turnNo,
-          kind: row.kind,
-          outcome,
-        });
-        return { notice: outcome };
-      } catch (err) {
-        // A refusal retrying cannot change (message recalled, no permission): the notice is
-        // dropped, once, with its code. Anything else throws: the effect retries.
-        if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
-        log.warn('channel_failure_notice_refused', {
-          sessionId: a.sessionId,
-          turnNo: a.turnNo,
-          kind: row.kind,
-          larkCode: err.code,
-        });
-        return { notice: 'refused' };
-      }
-    },
   };
+  return channelExecutor(deps, policy, noticeFailure);
+}
+
+async function noticeFailure(a: FailureNoticeArgs, run: ChannelRun): Promise<{ notice: NoticeOutcome }> {
+  const db = run.db;
+  const row = await db((q) => decide(q, a));
+  if (!row) return { notice: 'none' };
+  if (row.posted) return { notice: 'already_posted' };
+  const installation = await run.installation(a.installationId);
+  // The installation is gone, and with it its credentials: nothing can reach the chat.
+  if (!installation) return { notice: 'refused' };
+  const lark = run.lark(installation);
+  try {
+    const outcome = await post(lark, db, a, row, installation.appId);
+    log.info('channel_failure_notice', {
+      sessionId: a.sessionId,
+      turnNo: a.turnNo,
+      kind: row.kind,
+      outcome,
+    });
+    return { notice: outcome };
+  } catch (err) {
+    // A refusal retrying cannot change (message recalled, no permission): the notice is
+    // dropped, once, with its code. Anything else throws: the effect retries.
+    if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
+    log.warn('channel_failure_notice_refused', {
+      sessionId: a.sessionId,
+      turnNo: a.turnNo,
+      kind: row.kind,
+      larkCode: err.code,
+    });
+    return { notice: 'refused' };
+  }
 }

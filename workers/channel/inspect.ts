@@ -66,114 +66,143 @@ const ms = (v: unknown) => (v === null || v === undefined ? null : new Date(Numb
 const iso = (v: unknown) =>
   v instanceof Date ? v.toISOString() : v === null || v === undefined ? null : String(v);
 
-/** Each kind's newest rows of one session, as timeline entries (the statements run one by one). */
-export async function conversationTimeline(db: Queryable, sessionId: string): Promise<TimelineEntry[]> {
-  const args = [sessionId, INSPECT_LIMIT];
-  // One after another on one connection: an inspection is an operator's read, never a burst.
-  const statements: string[] = [
-    `select message_id, event_id, chat_type, sender_open_id, message_type, length(content) as length,
+type Row = Record<string, unknown>;
+
+/**
+ * One kind of a session's rows: its statement ($1 the session, $2 the limit, newest rows) and
+ * the timeline entries each row becomes.
+ */
+interface TimelineSource {
+  sql: string;
+  entries(r: Row): TimelineEntry[];
+}
+
+const TIMELINE_SOURCES: TimelineSource[] = [
+  {
+    sql: `select message_id, event_id, chat_type, sender_open_id, message_type, length(content) as length,
               position::text, context_revision::text, unanswered, created_at
          from lark_inbound_messages where session_id = $1 order by position desc nulls last limit $2`,
-    `select turn_no, context_revision::text, first_position::text, cutoff_position::text, input_count,
+    entries: (r) => [
+      {
+        at: iso(r.created_at),
+        kind: 'input',
+        summary: `input ${r.position ?? '?'}: ${r.message_type} message ${r.message_id} from ${r.sender_open_id ?? '?'}${r.unanswered ? ` (not answered: ${r.unanswered})` : ''}`,
+        detail: r,
+      },
+    ],
+  },
+  {
+    sql: `select turn_no, context_revision::text, first_position::text, cutoff_position::text, input_count,
               anchor_message_id, delivery_key, generation, effect_id, outcome, reply_message_id, reply_mode,
               rerun_of, rerun_requested_at, started_at, settled_at
          from channel_turns where session_id = $1 order by turn_no desc limit $2`,
-    `select id, source_message_id, input_position::text, add_state, reaction_id, settled_by,
+    entries: (r) => [
+      {
+        at: iso(r.started_at),
+        kind: 'turn',
+        summary: `turn ${r.turn_no} started: inputs ${r.first_position}–${r.cutoff_position}, generation ${r.generation}${r.rerun_of ? `, a re-run of turn ${r.rerun_of}` : ''}`,
+        detail: r,
+      },
+      ...(r.settled_at
+        ? [
+            {
+              at: iso(r.settled_at),
+              kind: 'turn' as const,
+              summary: `turn ${r.turn_no} ${r.outcome}${r.reply_message_id ? ` (reply ${r.reply_message_id})` : ''}`,
+              detail: { turn_no: r.turn_no, outcome: r.outcome, delivery_key: r.delivery_key },
+            },
+          ]
+        : []),
+    ],
+  },
+  {
+    sql: `select id, source_message_id, input_position::text, add_state, reaction_id, settled_by,
               settle_outcome, cleaned_at, abandoned_at, attempts, last_attempt_at, next_attempt_at,
               last_error, credentials_refused, manual_removal_outcome, manual_removal_code, created_at
          from channel_typing_reaction where session_id = $1 order by created_at desc limit $2`,
-    `select id, kind, status, attempts, max_attempts, last_error, locked_by::text,
+    entries: (r) => [
+      {
+        at: iso(r.created_at),
+        kind: 'badge',
+        summary: `badge on ${r.source_message_id}: ${r.add_state}, ${r.cleaned_at ? 'withdrawn' : r.abandoned_at ? 'abandoned' : 'pending'}, ${r.attempts} attempts${r.last_error ? `, last error ${r.last_error}` : ''}`,
+        detail: r,
+      },
+    ],
+  },
+  {
+    sql: `select id, kind, status, attempts, max_attempts, last_error, locked_by::text,
               created_at_ms::text, finished_at_ms::text
          from effects where origin_instance_id = $1 order by id desc limit $2`,
-    `select id::text, message_key, state, attempts, last_error, created_at_ms::text,
+    entries: (r) => [
+      {
+        at: ms(r.created_at_ms),
+        kind: 'effect',
+        summary: `effect ${r.kind}: ${r.status} after ${r.attempts} of ${r.max_attempts} attempts${r.last_error ? `, ${String(r.last_error).slice(0, 200)}` : ''}`,
+        detail: r,
+      },
+    ],
+  },
+  {
+    sql: `select id::text, message_key, state, attempts, last_error, created_at_ms::text,
               delivered_at_ms::text, dead_at_ms::text
          from actor_mailbox where instance_id = $1 order by id desc limit $2`,
-    `select turn_no, kind, message_id, add_attempts, posted_at, created_at
+    entries: (r) => [
+      {
+        at: ms(r.created_at_ms),
+        kind: 'mailbox',
+        summary: `message ${r.message_key}: ${r.state}${Number(r.attempts) > 0 ? `, ${r.attempts} failed deliveries` : ''}${r.last_error ? `, ${String(r.last_error).slice(0, 200)}` : ''}`,
+        detail: r,
+      },
+    ],
+  },
+  {
+    sql: `select turn_no, kind, message_id, add_attempts, posted_at, created_at
          from channel_failure_notices where session_id = $1 order by turn_no desc limit $2`,
-    `select r.message_id, r.recall_type, r.recorded_at
+    entries: (r) => [
+      {
+        at: iso(r.created_at),
+        kind: 'notice',
+        summary: `failure notice (${r.kind}) for turn ${r.turn_no}: ${r.posted_at ? 'posted' : 'not posted yet'}`,
+        detail: r,
+      },
+    ],
+  },
+  {
+    sql: `select r.message_id, r.recall_type, r.recorded_at
          from channel_recalled_messages r join channel_conversations c on c.installation_id = r.installation_id
         where c.id = $1 and r.message_id in (select message_id from lark_inbound_messages where session_id = $1)
         order by r.recorded_at desc limit $2`,
-    `select turn_no, reply_message_id, attempts, outcome, lark_code, created_at, finished_at
+    entries: (r) => [
+      {
+        at: iso(r.recorded_at),
+        kind: 'recall',
+        summary: `message ${r.message_id} recalled by its user${r.recall_type ? ` (${r.recall_type})` : ''}`,
+        detail: r,
+      },
+    ],
+  },
+  {
+    sql: `select turn_no, reply_message_id, attempts, outcome, lark_code, created_at, finished_at
          from channel_reply_deletions where session_id = $1 order by turn_no desc limit $2`,
-  ];
-  const results: { rows: Record<string, unknown>[] }[] = [];
-  for (const sql of statements) results.push(await db.query<Record<string, unknown>>(sql, args));
-  const [inputs, turns, badges, effects, mailbox, notices, recalls, deletions] = results as [
-    (typeof results)[0],
-    (typeof results)[0],
-    (typeof results)[0],
-    (typeof results)[0],
-    (typeof results)[0],
-    (typeof results)[0],
-    (typeof results)[0],
-    (typeof results)[0],
-  ];
+    entries: (r) => [
+      {
+        at: iso(r.finished_at ?? r.created_at),
+        kind: 'notice',
+        summary: `reply ${r.reply_message_id} of turn ${r.turn_no} recalled too: ${r.outcome ?? 'pending'}${r.lark_code ? ` (Lark code ${r.lark_code})` : ''}`,
+        detail: r,
+      },
+    ],
+  },
+];
+
+/** Each kind's newest rows of one session, as timeline entries (the statements run one by one). */
+export async function conversationTimeline(db: Queryable, sessionId: string): Promise<TimelineEntry[]> {
   const out: TimelineEntry[] = [];
-  for (const r of inputs.rows)
-    out.push({
-      at: iso(r.created_at),
-      kind: 'input',
-      summary: `input ${r.position ?? '?'}: ${r.message_type} message ${r.message_id} from ${r.sender_open_id ?? '?'}${r.unanswered ? ` (not answered: ${r.unanswered})` : ''}`,
-      detail: r,
-    });
-  for (const r of turns.rows) {
-    out.push({
-      at: iso(r.started_at),
-      kind: 'turn',
-      summary: `turn ${r.turn_no} started: inputs ${r.first_position}–${r.cutoff_position}, generation ${r.generation}${r.rerun_of ? `, a re-run of turn ${r.rerun_of}` : ''}`,
-      detail: r,
-    });
-    if (r.settled_at)
-      out.push({
-        at: iso(r.settled_at),
-        kind: 'turn',
-        summary: `turn ${r.turn_no} ${r.outcome}${r.reply_message_id ? ` (reply ${r.reply_message_id})` : ''}`,
-        detail: { turn_no: r.turn_no, outcome: r.outcome, delivery_key: r.delivery_key },
-      });
+  // One after another on one connection: an inspection is an operator's read, never a burst.
+  for (const source of TIMELINE_SOURCES) {
+    const { rows } = await db.query<Row>(source.sql, [sessionId, INSPECT_LIMIT]);
+    for (const r of rows) out.push(...source.entries(r));
   }
-  for (const r of badges.rows)
-    out.push({
-      at: iso(r.created_at),
-      kind: 'badge',
-      summary: `badge on ${r.source_message_id}: ${r.add_state}, ${r.cleaned_at ? 'withdrawn' : r.abandoned_at ? 'abandoned' : 'pending'}, ${r.attempts} attempts${r.last_error ? `, last error ${r.last_error}` : ''}`,
-      detail: r,
-    });
-  for (const r of effects.rows)
-    out.push({
-      at: ms(r.created_at_ms),
-      kind: 'effect',
-      summary: `effect ${r.kind}: ${r.status} after ${r.attempts} of ${r.max_attempts} attempts${r.last_error ? `, ${String(r.last_error).slice(0, 200)}` : ''}`,
-      detail: r,
-    });
-  for (const r of mailbox.rows)
-    out.push({
-      at: ms(r.created_at_ms),
-      kind: 'mailbox',
-      summary: `message ${r.message_key}: ${r.state}${Number(r.attempts) > 0 ? `, ${r.attempts} failed deliveries` : ''}${r.last_error ? `, ${String(r.last_error).slice(0, 200)}` : ''}`,
-      detail: r,
-    });
-  for (const r of notices.rows)
-    out.push({
-      at: iso(r.created_at),
-      kind: 'notice',
-      summary: `failure notice (${r.kind}) for turn ${r.turn_no}: ${r.posted_at ? 'posted' : 'not posted yet'}`,
-      detail: r,
-    });
-  for (const r of recalls.rows)
-    out.push({
-      at: iso(r.recorded_at),
-      kind: 'recall',
-      summary: `message ${r.message_id} recalled by its user${r.recall_type ? ` (${r.recall_type})` : ''}`,
-      detail: r,
-    });
-  for (const r of deletions.rows)
-    out.push({
-      at: iso(r.finished_at ?? r.created_at),
-      kind: 'notice',
-      summary: `reply ${r.reply_message_id} of turn ${r.turn_no} recalled too: ${r.outcome ?? 'pending'}${r.lark_code ? ` (Lark code ${r.lark_code})` : ''}`,
-      detail: r,
-    });
   // Newest first; entries without a time last.
   return out.sort((a, b) => (b.at ?? '').localeCompare(a.at ?? ''));
 }

@@ -15,7 +15,7 @@ import { log } from '../log';
  * `reply_in_groups: mentioned` (issue 33): is a group message @-mentioning this bot? Compared
  * by the bot's own open_id (reference §6 "Mentions"), which Lark gives as `bot.open_id` of
  * `GET /open-apis/bot/v3/info`: fetched the first time an installation needs it and kept in
- * `lark_bot_identities` (migration 0190) for as long as the installation exists, so it is one
+ * `lark_bot_identities` (migrations/0030_baseline_lark.sql) for as long as the installation exists, so it is one
  * Open API call per installation, whichever isolate gets the message. A mention of `@_all`
  * names no open_id and is not a mention of the bot.
  */

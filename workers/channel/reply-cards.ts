@@ -4,7 +4,7 @@ import type { NoticeLocale } from './notices';
 type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
 
 /**
- * `channel_reply_cards` (migration 0180): the CardKit card of one turn's streamed reply. Every
+ * `channel_reply_cards` (migrations/0050_baseline_channel.sql): the CardKit card of one turn's streamed reply. Every
  * statement here is one statement on the turn's primary key; none holds a lock past itself, so
  * no lock is ever held across a Lark call.
  */

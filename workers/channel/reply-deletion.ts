@@ -1,11 +1,9 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
-import { onPool } from '../db/pool';
 import type { ActorContext, EffectExecutor, EffectRunContext } from '../effects/registry';
-import { loadInstallation } from '../installations/store';
 import { LarkApiError } from '../lark/errors';
 import { log } from '../log';
-import { type ChannelDeps, channelLark } from './reply';
+import { type ChannelDeps, type ChannelRun, channelExecutor } from './reply';
 
 type Q = Pick<PoolClient, 'query'> | Pick<Pool, 'query'>;
 
@@ -167,47 +165,43 @@ const finish = (
  * recorded as such. Retryable failures (timeouts, 5xx, 429) throw: the effect retries.
  */
 export function replyDeleteExecutor(deps: ChannelDeps): EffectExecutor {
-  return {
-    kind: REPLY_DELETE_KIND,
-    timeoutMs: 15_000,
-    idempotentByKey: true,
-    async run(effect, _signal, ctx?: EffectRunContext): Promise<{ deletion: DeletionOutcome }> {
-      const a = effect.args as ReplyDeleteArgs;
-      const config = deps.config();
-      const db = <T>(use: (q: Pool) => Promise<T>) => onPool(config, ctx?.pool, use);
-      const { rows } = await db((q) =>
-        q.query<{ attempts: number }>(
-          `update channel_reply_deletions set attempts = attempts + 1
-            where session_id = $1 and turn_no = $2 and finished_at is null
-            returning attempts`,
-          [a.sessionId, a.turnNo],
-        ),
-      );
-      if (!rows[0]) return { deletion: 'already_finished' };
-      const installation = await db((q) => loadInstallation(q, config.SECRET_KEYS, a.installationId));
-      if (!installation) {
-        // Gone with its credentials: nothing can reach the message.
-        await db((q) => finish(q, a, 'refused', null));
-        return { deletion: 'refused' };
-      }
-      const lark = channelLark(deps, config, installation, ctx);
-      let outcome: Exclude<DeletionOutcome, 'already_finished'> = 'deleted';
-      let code: number | null = null;
-      try {
-        await lark.deleteMessage(a.replyMessageId, { deadline: new Deadline(8000) });
-      } catch (err) {
-        if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
-        code = err.code;
-        outcome = err.kind === 'already_gone' || DELETE_GONE_CODES.has(err.code) ? 'already_gone' : 'refused';
-      }
-      await db((q) => finish(q, a, outcome, code));
-      log.info('channel_reply_deleted', {
-        sessionId: a.sessionId,
-        turnNo: a.turnNo,
-        outcome,
-        larkCode: code,
-      });
-      return { deletion: outcome };
-    },
-  };
+  const policy = { kind: REPLY_DELETE_KIND, timeoutMs: 15_000, idempotentByKey: true };
+  return channelExecutor(deps, policy, deleteReply);
+}
+
+async function deleteReply(a: ReplyDeleteArgs, run: ChannelRun): Promise<{ deletion: DeletionOutcome }> {
+  const db = run.db;
+  const { rows } = await db((q) =>
+    q.query<{ attempts: number }>(
+      `update channel_reply_deletions set attempts = attempts + 1
+      where session_id = $1 and turn_no = $2 and finished_at is null
+      returning attempts`,
+      [a.sessionId, a.turnNo],
+    ),
+  );
+  if (!rows[0]) return { deletion: 'already_finished' };
+  const installation = await run.installation(a.installationId);
+  if (!installation) {
+    // Gone with its credentials: nothing can reach the message.
+    await db((q) => finish(q, a, 'refused', null));
+    return { deletion: 'refused' };
+  }
+  const lark = run.lark(installation);
+  let outcome: Exclude<DeletionOutcome, 'already_finished'> = 'deleted';
+  let code: number | null = null;
+  try {
+    await lark.deleteMessage(a.replyMessageId, { deadline: new Deadline(8000) });
+  } catch (err) {
+    if (!(err instanceof LarkApiError) || err.kind === 'retryable') throw err;
+    code = err.code;
+    outcome = err.kind === 'already_gone' || DELETE_GONE_CODES.has(err.code) ? 'already_gone' : 'refused';
+  }
+  await db((q) => finish(q, a, outcome, code));
+  log.info('channel_reply_deleted', {
+    sessionId: a.sessionId,
+    turnNo: a.turnNo,
+    outcome,
+    larkCode: code,
+  });
+  return { deletion: outcome };
 }

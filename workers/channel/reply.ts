@@ -176,6 +176,39 @@ async function postText(
   }
 }
 
+/**
+ * What a channel after-turn effect's run works with (failure notice, reply deletion): the
+ * config, the database (the host's pool when it lends one), its installation and a Lark client
+ * for it (channelLark).
+ */
+function channelRun(deps: ChannelDeps, ctx: EffectRunContext | undefined) {
+  const config = deps.config();
+  const db = <T>(use: (q: Pool) => Promise<T>) => onPool(config, ctx?.pool, use);
+  return {
+    config,
+    db,
+    installation: (id: string) => db((q) => loadInstallation(q, config.SECRET_KEYS, id)),
+    lark: (installation: Installation) => channelLark(deps, config, installation, ctx),
+  };
+}
+
+export type ChannelRun = ReturnType<typeof channelRun>;
+
+/**
+ * A channel after-turn effect's executor: `kind` and its run policy, and `run`, given the
+ * effect's arguments and what its run works with (channelRun).
+ */
+export function channelExecutor<A, R>(
+  deps: ChannelDeps,
+  policy: Pick<EffectExecutor, 'kind' | 'timeoutMs' | 'idempotentByKey'>,
+  run: (args: A, on: ChannelRun) => Promise<R>,
+): EffectExecutor {
+  return {
+    ...policy,
+    run: (effect, _signal, ctx?: EffectRunContext) => run(effect.args as A, channelRun(deps, ctx)),
+  };
+}
+
 /** A Lark client for the channel's after-turn work (settlement, failure notice): replyClient on its own gate. */
 export function channelLark(
   deps: ChannelDeps,
@@ -242,7 +275,7 @@ async function measured<T>(started: number, answer: Promise<T>): Promise<T> {
  * The turn's reply mode: the one its first run recorded, else `setting`, recorded now (one
  * statement; the first writer wins). Every generation of a turn posts with its one uuid, so
  * answering in another mode than an earlier generation would let Lark's dedup return that
- * generation's message as this one's (migration 0186).
+ * generation's message as this one's (migrations/0050_baseline_channel.sql).
  */
 async function turnReplyMode(
   pool: Pick<Pool, 'query'>,

@@ -101,7 +101,7 @@ export async function dbNow(q: Pick<PoolClient, 'query'>): Promise<Date> {
  * One statement that is its own transaction (a SQL function call in autocommit): the same
  * retry rule as `withTx` (listed SQLSTATEs only, while budget remains, seen by `onTxRetry`),
  * without `begin`/`commit` round trips. The statement must enforce its own budget (it cannot
- * set its own statement_timeout; see migrations 0110 and 0111).
+ * set its own statement_timeout; see migrations/functions/reaction_tickets.sql and migrations/functions/effects_write_back.sql).
  */
 export async function withStatement<T>(
   opts: Pick<TxOptions, 'budgetMs' | 'maxAttempts' | 'clock'>,

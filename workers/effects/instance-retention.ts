@@ -58,7 +58,7 @@ function literal(s: string): string {
 
 /**
  * The pick: idle instances of the opted-in types, each type read in its own
- * `actor_instances_idle` range (migration 0150), oldest commit first, so the limit stops the
+ * `actor_instances_idle` range (migrations/0010_baseline_effects.sql), oldest commit first, so the limit stops the
  * scan (a backlog never has to be read whole), locked `for update skip locked`: it never
  * waits on an instance (a commit, a check batch or a completion holding one is passed over
  * until the next minute), so the instance locks cannot close a cycle. The idle rule is inside

@@ -201,7 +201,7 @@ export async function recordFailedDelivery(
 
 // Fair and bounded (issue 35). Every branch yields (instance, due time) and the poll takes the
 // instances whose oldest due work is oldest. Messages are read in due-time order through
-// `actor_mailbox_due` (migration 0140), never in instance-id order: a backlog on low ids
+// `actor_mailbox_due` (migrations/0010_baseline_effects.sql), never in instance-id order: a backlog on low ids
 // cannot hide a later instance, and not-yet-due delayed messages are not read. Because one
 // instance's backlog can still fill that slice, a bounded walk over distinct instances with
 // pending messages (one index probe per instance, `actor_mailbox_pending`) adds each

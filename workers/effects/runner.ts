@@ -229,7 +229,7 @@ async function commitTurn(
 
 /**
  * Throws `gone` unless `handle` has a live binding on this instance (never bound, or past its
- * lifetime: `effect_binding_live`, migration 0013). Read-only: the commit stages the check.
+ * lifetime: `effect_binding_live`, migrations/0010_baseline_effects.sql). Read-only: the commit stages the check.
  */
 async function refuseUnlessBound(pool: Pool, instanceId: string, handle: EffectHandle): Promise<void> {
   const { rows } = await pool.query(

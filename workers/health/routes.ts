@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import type { AppEnv } from '../context';
 import { ConnectionBudgetSpent, isolateGate } from '../db/gate';
-import { openPool } from '../db/pool';
+import { openPool, poolStats } from '../db/pool';
 import type { Config } from '../env';
 import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
@@ -63,9 +63,12 @@ async function selectOne(config: Config, waitUntil: (p: Promise<unknown>) => voi
     if (err instanceof ConnectionBudgetSpent) {
       // Handled by design (above): the isolate is serving its budget's worth of connections.
       // Logged at info (a saturated isolate's health checks would otherwise be a warning each);
-      // the refusals are counted by db_gate_wait_ms (refused, answer).
+      // the refusals are counted by db_gate_wait_ms (refused, answer). `openPools` beside
+      // `held` tells work in progress (pools still open hold the places) from places held
+      // after their pools ended (taken back after PERMIT_MAX_HOLD_MS).
       const { held, capacity, waitingAnswer } = isolateGate.snapshot();
-      log.info('health_db_busy', { held, capacity, waitingAnswer });
+      const openPools = poolStats.opened - poolStats.ended;
+      log.info('health_db_busy', { held, capacity, waitingAnswer, openPools });
       return 'busy';
     }
     // Logged once per probe, however many checks joined it.

@@ -33,7 +33,7 @@ const STEPS: [StepName, Step][] = [
   ['conversations', (tx, s) => pruneIdleConversations(tx, s.conversationIdleMs, s.batchRows)],
   // The console's history and audit (migration 0090): independent of the others.
   ['console', (tx, s) => pruneConsoleHistory(tx, s.batchRows)],
-  // The apps' daily Lark call counts (migration 0190), 7 days after their day: independent too.
+  // The apps' daily Lark call counts (migrations/0030_baseline_lark.sql), 7 days after their day: independent too.
   ['lark_calls', (tx, s) => pruneCallCounts(tx, s.batchRows)],
 ];
 

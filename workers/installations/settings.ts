@@ -35,7 +35,7 @@ function countOrNone(max: number) {
 }
 
 /**
- * Per-installation settings (migration 0180, `lark_installation_settings`): one row an
+ * Per-installation settings (migrations/0030_baseline_lark.sql, `lark_installation_settings`): one row an
  * installation, absent until an operator first changes one, so a missing row is every default.
  * `SETTINGS` is the one list of settings. Adding a setting is a migration and one entry.
  * docs/operations.md "Installation settings" says what each does.
@@ -43,14 +43,14 @@ function countOrNone(max: number) {
 export const SETTINGS = {
   /** `text`: one text message after the agent finished; `card_stream`: a CardKit card typed out as the agent answers. */
   reply_mode: { schema: z.enum(['text', 'card_stream']), default: 'text', column: 'text' },
-  // Issue 33 item 1 (migration 0190), read by the webhook's accept statement (channel/accept.ts).
+  // Issue 33 item 1 (migrations/0030_baseline_lark.sql), read by the webhook's accept statement (channel/accept.ts).
   /** `on`: a Typing badge on every answered input; `off`: never (no Add, no ledger row); `quiet`: none while held by a 429 or over the daily budget. */
   typing_badge: { schema: z.enum(['on', 'off', 'quiet']), default: 'on', column: 'text' },
   /** `always`: every group message is answered; `mentioned`: only one that @-mentions the bot. */
   reply_in_groups: { schema: z.enum(['always', 'mentioned']), default: 'always', column: 'text' },
   /** `quiet` adds no badge once the app made this many Lark calls today (UTC); `none`: no budget. */
   typing_daily_call_budget: countOrNone(1_000_000_000),
-  // Issue 33 item 1 (migration 0200).
+  // Issue 33 item 1 (migrations/0030_baseline_lark.sql).
   /** What the user sees when a turn fails: nothing, an emoji on its newest input, or a short reply (failure-notice.ts). */
   failure_notice: { schema: z.enum(['none', 'reaction', 'reply']), default: 'none', column: 'text' },
   /**

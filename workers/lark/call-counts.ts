@@ -1,7 +1,7 @@
 import type { PoolClient } from '@neondatabase/serverless';
 
 /**
- * The app's Lark calls per UTC day (`lark_call_counts`, migration 0190): written by the rate
+ * The app's Lark calls per UTC day (`lark_call_counts`, migrations/0030_baseline_lark.sql): written by the rate
  * gate's admission of each call (rate-limits.ts `admit`), read by the webhook's accept
  * statement (an installation's `quiet` typing badge against its daily budget) and the console.
  * One row per (API host, App ID, day); the host without trailing slashes, as the gate keys it.

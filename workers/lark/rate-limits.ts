@@ -61,7 +61,7 @@ where api_base = $1 and app_id = $2 and route = $3 and not_before > app_now()`;
 
 /**
  * HELD_FOR, and when nothing holds the route, one more call in the app's count of the UTC day
- * (migration 0190), in the same round trip: counting costs no extra statement per call, and
+ * (migrations/0030_baseline_lark.sql), in the same round trip: counting costs no extra statement per call, and
  * a call held back is not counted. The counter row is locked only for this autocommit
  * statement (every gate runs on a pool, never inside a transaction held across the call).
  */
@@ -83,7 +83,7 @@ on conflict (api_base, app_id, route) do update
 set not_before = greatest(lark_rate_limits.not_before, excluded.not_before), updated_at = excluded.updated_at`;
 
 /**
- * The gate of one app, backed by `lark_rate_limits` (migration 0081). Neither statement
+ * The gate of one app, backed by `lark_rate_limits` (migrations/0030_baseline_lark.sql). Neither statement
  * takes a lock that outlives it, so nothing is held across the remote call. A failed read
  * throws (the caller does not send: a failure of ours, not Lark's); a failed record is
  * logged and the caller still gets Lark's answer with its reset.

@@ -38,32 +38,33 @@ async function upsertChild(db: Queryable, sql: string, params: unknown[], what: 
   if (!rowCount) throw new AppError('conflict', `${what} exists under another parent`);
 }
 
+/**
+ * An upsert of a row that belongs to a workspace and carries one text column (an actor's
+ * display name, a conversation's title): $1 id, $2 workspace, $3 the text (null keeps it). A
+ * row under another workspace is not updated, so no row comes back (409 in upsertChild). Only
+ * the fixed table and column names are interpolated.
+ */
+function workspaceChildUpsert(table: string, text: string): string {
+  return `insert into ${table} (id, workspace_id, ${text}) values ($1, $2, coalesce($3, ''))
+     on conflict (id) do update set ${text} = coalesce($3, ${table}.${text}), updated_at = app_now()
+     where ${table}.workspace_id = excluded.workspace_id`;
+}
+
+const UPSERT_ACTOR_SQL = workspaceChildUpsert('private.actors', 'display_name');
+const UPSERT_CONVERSATION_SQL = workspaceChildUpsert('private.conversations', 'title');
+
 export async function upsertActor(
   db: Queryable,
   a: { id: string; workspaceId: string; displayName?: string },
 ): Promise<void> {
-  await upsertChild(
-    db,
-    `insert into private.actors (id, workspace_id, display_name) values ($1, $2, coalesce($3, ''))
-     on conflict (id) do update set display_name = coalesce($3, private.actors.display_name), updated_at = app_now()
-     where private.actors.workspace_id = excluded.workspace_id`,
-    [a.id, a.workspaceId, a.displayName ?? null],
-    'actor',
-  );
+  await upsertChild(db, UPSERT_ACTOR_SQL, [a.id, a.workspaceId, a.displayName ?? null], 'actor');
 }
 
 export async function upsertConversation(
   db: Queryable,
   c: { id: string; workspaceId: string; title?: string },
 ): Promise<void> {
-  await upsertChild(
-    db,
-    `insert into private.conversations (id, workspace_id, title) values ($1, $2, coalesce($3, ''))
-     on conflict (id) do update set title = coalesce($3, private.conversations.title), updated_at = app_now()
-     where private.conversations.workspace_id = excluded.workspace_id`,
-    [c.id, c.workspaceId, c.title ?? null],
-    'conversation',
-  );
+  await upsertChild(db, UPSERT_CONVERSATION_SQL, [c.id, c.workspaceId, c.title ?? null], 'conversation');
 }
 
 /** Sets the member list delta: adds `add`, removes `remove`. Actors must share the workspace. */

@@ -54,6 +54,17 @@ async function refuseStampedPastWindow(
     throw await expiredError(client, { operationId, stampMs, expiredAt, nowMs, receipt: null, messageId });
 }
 
+/**
+ * The start of every legacy write and retirement: the legacy contract still admits writes,
+ * then the operation lock (so it serializes with the ticketed path), then the operation is
+ * not a ticketed one.
+ */
+async function legacyOperation(client: Queryable, caller: Caller, operationId: string): Promise<void> {
+  await admitLegacyWrite(client);
+  await lockOperation(client, caller.actorId, operationId);
+  await refuseTicketed(client, caller.actorId, operationId);
+}
+
 export async function applyLegacy(
   client: Queryable,
   caller: Caller,
@@ -61,9 +72,7 @@ export async function applyLegacy(
   intent: Intent,
   windowSeconds: number,
 ): Promise<WriteResult> {
-  await admitLegacyWrite(client);
-  await lockOperation(client, caller.actorId, operationId);
-  await refuseTicketed(client, caller.actorId, operationId);
+  await legacyOperation(client, caller, operationId);
   const admission = await admitToMessage(client, caller.actorId, caller.issuedAt, intent.messageId);
   const prior = await findReceipt(client, caller.actorId, operationId);
   if (prior) {
@@ -117,9 +126,7 @@ export async function retireLegacy(
   caller: Caller,
   operationId: string,
 ): Promise<RetireResult> {
-  await admitLegacyWrite(client);
-  await lockOperation(client, caller.actorId, operationId);
-  await refuseTicketed(client, caller.actorId, operationId);
+  await legacyOperation(client, caller, operationId);
   await admitActor(client, caller.actorId, caller.issuedAt);
   const prior = await findReceipt(client, caller.actorId, operationId);
   if (prior) return { status: 'applied', operationId, receipt: toReceipt(prior), message: null };

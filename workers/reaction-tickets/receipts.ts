@@ -1,4 +1,4 @@
-import type { Desired, FenceRow, Outcome, Queryable, ReceiptRow, WriteContract } from './types';
+import type { FenceRow, Queryable, Receipt, ReceiptRow, WriteContract } from './types';
 
 export type { FenceRow } from './types';
 
@@ -15,17 +15,11 @@ export async function findReceipt(
   return rows[0] ?? null;
 }
 
-export interface NewReceipt {
+/** A receipt to record: what clients will see of it (less its time), and who and where. */
+export interface NewReceipt extends Omit<Receipt, 'appliedAt'> {
   actorId: string;
-  operationId: string;
   workspaceId: string;
   conversationId: string;
-  messageId: string;
-  emoji: string;
-  desired: Desired;
-  outcome: Outcome;
-  reactionVersion: number;
-  contract: WriteContract;
   ticketId: string | null;
   ticketExpiresAt: Date | null;
 }

@@ -25,7 +25,7 @@ import {
  * its operation's stamp. So no operation older than the window can be admitted, even after
  * housekeeping deleted its ticket and the cleanup its receipt: the refusal needs no row. The
  * window of an operation is the smallest one in force at any time since its stamp (recorded by
- * issuance, migration 0139): raising REACTION_TICKET_TTL_SECONDS widens it only for operations
+ * issuance, migrations/0020_baseline_reaction_tickets.sql): raising REACTION_TICKET_TTL_SECONDS widens it only for operations
  * stamped after the raise, so an operation judged expired (and maybe forgotten) stays so.
  */
 export interface IssueInput {
@@ -71,7 +71,7 @@ const INSERT_SQL = `
   returning *`;
 
 // Records the window this issuance runs under when it is not the latest recorded one
-// (migration 0139). Two issuances racing on a change may both insert: the same window twice
+// (migrations/0020_baseline_reaction_tickets.sql). Two issuances racing on a change may both insert: the same window twice
 // at nearly the same time, which changes no minimum.
 const RECORD_WINDOW_SQL = `
   insert into private.reaction_ticket_windows (in_force_from, ttl_seconds)
@@ -81,7 +81,7 @@ const RECORD_WINDOW_SQL = `
 
 // Read in the statement after the operation lock: fresh time, whether the ID was used, and the
 // operation's window: the smallest in force at any time since its stamp ($3, epoch ms), the
-// one in force at the stamp and the configured one ($4) included (migration 0139).
+// one in force at the stamp and the configured one ($4) included (migrations/0020_baseline_reaction_tickets.sql).
 const STATE_SQL = `
   with stamp as (select to_timestamp($3::double precision / 1000) as at)
   select (extract(epoch from app_now()) * 1000)::bigint as now_ms,
@@ -103,54 +103,84 @@ export async function issueTicket(
   client: Queryable,
   input: IssueInput,
 ): Promise<{ ticket: TicketRow; replayed: boolean }> {
-  const { actorId, operationId, intent, admission } = input;
+  const { actorId, operationId } = input;
   const stampMs = operationStampMs(operationId);
   if (stampMs === null)
     throw new AppError('validation_failed', 'operationId must be a UUIDv7 stamped when the choice was made');
   await lockOperation(client, actorId, operationId);
   const existing = await findTicketByOperation(client, actorId, operationId);
-  if (existing) {
-    if (!sameIntent(existing, intent))
-      throw new AppError('intent_mismatch', 'This operation ID was issued for a different intent');
-    const { rows } = await client.query<{ expired: boolean }>(
-      'select app_now() >= $1::timestamptz as expired',
-      [existing.expires_at],
-    );
-    if (rows[0]!.expired) {
-      const receipt = await findReceipt(client, actorId, operationId);
-      await throwExpired(client, existing, receipt && toReceipt(receipt));
-    }
-    return { ticket: existing, replayed: true };
-  }
-  await client.query(RECORD_WINDOW_SQL, [input.ttlSeconds]);
-  const { rows: state } = await client.query<{ now_ms: string; used: boolean; ttl_seconds: number }>(
-    STATE_SQL,
-    [actorId, operationId, stampMs, input.ttlSeconds],
+  if (existing) return { ticket: await replayTicket(client, existing, input), replayed: true };
+  const { nowMs, ttlSeconds, used } = await judgeWindow(client, input, stampMs);
+  // Past the window (whatever was kept or deleted): terminal, with the receipt if one is kept.
+  const expiresMs = stampMs + ttlSeconds * 1000;
+  if (expiresMs <= nowMs) throw await issueExpired(client, input, stampMs, expiresMs, nowMs);
+  if (used) throw new AppError('conflict', 'This operation ID was already used; choose a new one');
+  await assertUnderOutstandingBound(client, actorId, input.maxOutstanding);
+  const inserted = await insertTicket(client, input, ttlSeconds, stampMs);
+  if (inserted) return { ticket: inserted, replayed: false };
+  // Nothing inserted: the window ended while this waited on the issuance lock (under the
+  // operation lock no other issuance of this ID can have inserted it). Fresh time for the answer.
+  const { rows: after } = await client.query<{ now_ms: string }>(
+    'select (extract(epoch from app_now()) * 1000)::bigint as now_ms',
   );
-  const nowMs = Number(state[0]!.now_ms);
-  // Never longer than any window the operation was judged under (a raise reopens nothing).
-  const ttlSeconds = state[0]!.ttl_seconds;
+  throw await issueExpired(client, input, stampMs, expiresMs, Number(after[0]!.now_ms));
+}
+
+/** The ticket already issued for this operation, again: the same intent, and not expired. */
+async function replayTicket(client: Queryable, existing: TicketRow, input: IssueInput): Promise<TicketRow> {
+  if (!sameIntent(existing, input.intent))
+    throw new AppError('intent_mismatch', 'This operation ID was issued for a different intent');
+  const { rows } = await client.query<{ expired: boolean }>(
+    'select app_now() >= $1::timestamptz as expired',
+    [existing.expires_at],
+  );
+  if (rows[0]!.expired) {
+    const receipt = await findReceipt(client, input.actorId, input.operationId);
+    await throwExpired(client, existing, receipt && toReceipt(receipt));
+  }
+  return existing;
+}
+
+/**
+ * Records today's window, then reads database time, the shortest window the operation was
+ * judged under (a raise reopens nothing) and whether its ID was used; refuses a stamp too far
+ * in the future.
+ */
+async function judgeWindow(
+  client: Queryable,
+  input: IssueInput,
+  stampMs: number,
+): Promise<{ nowMs: number; ttlSeconds: number; used: boolean }> {
+  await client.query(RECORD_WINDOW_SQL, [input.ttlSeconds]);
+  const { rows } = await client.query<{ now_ms: string; used: boolean; ttl_seconds: number }>(STATE_SQL, [
+    input.actorId,
+    input.operationId,
+    stampMs,
+    input.ttlSeconds,
+  ]);
+  const nowMs = Number(rows[0]!.now_ms);
   if (stampMs > nowMs + MAX_FUTURE_STAMP_MS)
     throw new AppError(
       'operation_clock_skew',
       'The operation ID is stamped in the future; stamp new choices with server time',
-      { operationId, stampedAt: iso(stampMs), serverTime: iso(nowMs), maxFutureSkewMs: MAX_FUTURE_STAMP_MS },
+      {
+        operationId: input.operationId,
+        stampedAt: iso(stampMs),
+        serverTime: iso(nowMs),
+        maxFutureSkewMs: MAX_FUTURE_STAMP_MS,
+      },
     );
-  // Past the window (whatever was kept or deleted): terminal, with the receipt if one is kept.
-  const expiresMs = stampMs + ttlSeconds * 1000;
-  if (expiresMs <= nowMs) {
-    const receipt = await findReceipt(client, actorId, operationId);
-    throw await expiredError(client, {
-      operationId,
-      stampMs,
-      expiredAt: expiresMs,
-      nowMs,
-      receipt: receipt && toReceipt(receipt),
-      messageId: intent.messageId,
-    });
-  }
-  if (state[0]!.used) throw new AppError('conflict', 'This operation ID was already used; choose a new one');
-  await assertUnderOutstandingBound(client, actorId, input.maxOutstanding);
+  return { nowMs, ttlSeconds: rows[0]!.ttl_seconds, used: rows[0]!.used };
+}
+
+/** The new ticket, or null when its window ended before the insert (INSERT_SQL's guard). */
+async function insertTicket(
+  client: Queryable,
+  input: IssueInput,
+  ttlSeconds: number,
+  stampMs: number,
+): Promise<TicketRow | null> {
+  const { actorId, operationId, intent, admission } = input;
   const { rows } = await client.query<TicketRow>(INSERT_SQL, [
     actorId,
     operationId,
@@ -163,20 +193,25 @@ export async function issueTicket(
     ttlSeconds,
     stampMs,
   ]);
-  if (rows[0]) return { ticket: rows[0], replayed: false };
-  // Nothing inserted: the window ended while this waited on the issuance lock (under the
-  // operation lock no other issuance of this ID can have inserted it). Fresh time for the answer.
-  const { rows: after } = await client.query<{ now_ms: string }>(
-    'select (extract(epoch from app_now()) * 1000)::bigint as now_ms',
-  );
-  const receipt = await findReceipt(client, actorId, operationId);
-  throw await expiredError(client, {
-    operationId,
+  return rows[0] ?? null;
+}
+
+/** The expiry answer of an issuance, with the receipt if one is kept. */
+async function issueExpired(
+  client: Queryable,
+  input: IssueInput,
+  stampMs: number,
+  expiredAt: number,
+  nowMs: number,
+): Promise<AppError> {
+  const receipt = await findReceipt(client, input.actorId, input.operationId);
+  return expiredError(client, {
+    operationId: input.operationId,
     stampMs,
-    expiredAt: expiresMs,
-    nowMs: Number(after[0]!.now_ms),
+    expiredAt,
+    nowMs,
     receipt: receipt && toReceipt(receipt),
-    messageId: intent.messageId,
+    messageId: input.intent.messageId,
   });
 }
 

@@ -3,7 +3,7 @@ import type { PoolClient } from '@neondatabase/serverless';
 type Q = Pick<PoolClient, 'query'>;
 
 /**
- * The cleanup's control row in Postgres (migration 0087): the database half of the enabled
+ * The cleanup's control row in Postgres (migrations/0060_baseline_retention.sql): the database half of the enabled
  * flag and stop generation. The Durable Object answers fast from its own storage; this row is
  * what makes an enable racing a stop, and a batch outliving the object's memory, harmless.
  */
@@ -21,7 +21,7 @@ const toControl = (r: Row): Control => ({ generation: Number(r.generation), enab
 
 export async function readControl(q: Q): Promise<Control> {
   const { rows } = await q.query<Row>('select generation, enabled from private.retention_control');
-  if (!rows[0]) throw new Error('retention_control row is missing (migration 0087 not applied?)');
+  if (!rows[0]) throw new Error('retention_control row is missing (migration 0060 not applied?)');
   return toControl(rows[0]);
 }
 

@@ -25,7 +25,7 @@ export interface Probe {
  * pg_read_all_stats role (or the same role as the API) to see other sessions' xact_start; to
  * any other role it is null, as for a session in no transaction. So the check counts the
  * sessions it cannot see and fails closed on any (issue 29 hole 10): the cleanup's own role
- * (migration 0138) is granted pg_read_all_stats for exactly this.
+ * (migrations/0060_baseline_retention.sql) is granted pg_read_all_stats for exactly this.
  * Parameters: $1 the receipts' retention, $2 the drain grace, $3 the fences' retention (ms).
  */
 export const PROBE_SQL = `with ${NOW} select

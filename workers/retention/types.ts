@@ -62,7 +62,7 @@ export interface StopConfirmed {
     batch: { settled: 'completed' | 'failed'; selected: number; deleted: number } | null;
     run: { outcome: string; batches: number } | null;
   };
-  /** The control row after the fence (migration 0087). */
+  /** The control row after the fence (migrations/0060_baseline_retention.sql). */
   control: Control;
 }
 
