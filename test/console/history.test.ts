@@ -67,7 +67,7 @@ describe('console history is written where it happens', () => {
     track(inst.workspaceId);
     const failed = () => incidents(inst.workspaceId, 'withdraw_failed');
     const [a] = await liveRows(f.pool, inst, 2);
-    await scheduleRetry(f.pool, a!.id, 0, 'withdraw:retryable:0');
+    await scheduleRetry(f.pool, a!.id, { delayMs: 0, error: 'withdraw:retryable:0' });
     expect(await failed()).toBe(1);
     await f.pool.query(
       'update channel_typing_reaction set next_attempt_at = app_now() where workspace_id = $1',

@@ -4,6 +4,7 @@ import { withStatement } from '../db/tx';
 import { enqueueCtes } from '../effects/mailbox';
 import { settingsCte } from '../installations/settings';
 import { callsTodaySql } from '../lark/call-counts';
+import { receiptCte } from '../lark/event-receipts';
 import type { LarkRoute } from '../lark/rate-limits';
 import { isPgStorable } from '../lib/pg-text';
 import {
@@ -82,12 +83,7 @@ const DECIDE = `${SETTINGS_ROW.sql}, decision as (
  * bridge: 8 before → 2 per event, the other being the installation load).
  */
 const ACCEPT = `
-with receipt as (
-  insert into lark_event_receipts (installation_id, event_id, event_type)
-  values ($1, $2, 'im.message.receive_v1')
-  on conflict do nothing
-  returning 1
-), ${DECIDE}, conv as (
+with ${receiptCte('im.message.receive_v1')}, ${DECIDE}, conv as (
   insert into channel_conversations as c
          (id, installation_id, workspace_id, app_id, chat_id, thread_id, last_position)
   select $3, $1, $4, $5, $6, $7, 1 from receipt

@@ -2,6 +2,7 @@ import type { Pool } from '@neondatabase/serverless';
 import { actorHostStub } from '../effects/actor-host-stub';
 import { enqueueCtes } from '../effects/mailbox';
 import type { Config, Env } from '../env';
+import { receiptCte } from '../lark/event-receipts';
 import type { Recall } from '../lark/schemas';
 import { log } from '../log';
 import * as ledger from '../typing-ledger';
@@ -33,12 +34,7 @@ export interface RecallPayload {
  * Nothing of this waits for Lark; the badge comes off after the answer (`afterRecallAnswered`).
  */
 const RECALL = `
-with receipt as (
-  insert into lark_event_receipts (installation_id, event_id, event_type)
-  values ($1, $2, 'im.message.recalled_v1')
-  on conflict do nothing
-  returning 1
-), recall as (
+with ${receiptCte('im.message.recalled_v1')}, recall as (
   insert into channel_recalled_messages
          (installation_id, message_id, chat_id, event_id, recall_type, recall_time_ms)
   select $1, $3, $4, $2, $5, $6 from receipt

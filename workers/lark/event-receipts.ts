@@ -20,6 +20,21 @@ export function receiptKey(eventId: string): string {
 }
 
 /**
+ * The first step of a statement that processes a verified event: its receipt, `receipt`, one
+ * row when this delivery is the event's first ($1 installation, $2 receipt key), none for a
+ * redelivery, so every later step that selects from it does nothing twice. `eventType` is a
+ * fixed literal of the caller's (never a value from the request).
+ */
+export function receiptCte(eventType: 'im.message.receive_v1' | 'im.message.recalled_v1'): string {
+  return `receipt as (
+  insert into lark_event_receipts (installation_id, event_id, event_type)
+  values ($1, $2, '${eventType}')
+  on conflict do nothing
+  returning 1
+)`;
+}
+
+/**
  * Records a verified event that will not be processed (status `rejected`); false when its
  * event id already has a receipt (a redelivery). Accepted receipts are written by accept.ts.
  */

@@ -6,7 +6,14 @@ import { log } from '../log';
 import { ledgerClient } from './client';
 import type { Registration } from './register';
 import { deleteExact, type RemoteOutcome } from './remote';
-import { recordAdded, recordAddFailed, recordCleaned, scheduleRetry, scheduleWithdrawal } from './store';
+import {
+  recordAdded,
+  recordAddFailed,
+  recordCleaned,
+  scheduleRetry,
+  scheduleWithdrawal,
+  type WithdrawFailure,
+} from './store';
 import { ADD_BUDGET_MS, RECORD_BUDGET_MS, REVALIDATE_BUDGET_MS, TYPING_EMOJI } from './types';
 import { errorName } from './withdraw';
 
@@ -155,9 +162,7 @@ async function withdrawUnrecorded(add: AddRun, reactionId: string): Promise<void
       );
   else
     await add
-      .write((tx) =>
-        scheduleWithdrawal(tx, reg.id, reactionId, waitOf(gone), withdrawError(gone), refusedOf(gone)),
-      )
+      .write((tx) => scheduleWithdrawal(tx, reg.id, reactionId, failureOf(gone)))
       .catch((dbErr: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: dbErr }));
 }
 
@@ -181,7 +186,7 @@ async function withdrawEnded(
   // pass now, settled or not, not before Lark's reset.
   if (gone.kind !== 'gone' && rec && !rec.terminal)
     await add
-      .write((tx) => scheduleRetry(tx, reg.id, waitOf(gone), withdrawError(gone), refusedOf(gone)))
+      .write((tx) => scheduleRetry(tx, reg.id, failureOf(gone)))
       .catch((err: unknown) => log.warn('typing_retry_schedule_failed', { rowId: reg.id, error: err }));
 }
 
@@ -250,6 +255,13 @@ async function withdrawNow(
     });
   return gone;
 }
+
+/** The failed withdrawal as the row records it for the retry pass. */
+const failureOf = (o: NowOutcome): WithdrawFailure => ({
+  delayMs: waitOf(o),
+  error: withdrawError(o),
+  credentialsRefused: refusedOf(o),
+});
 
 /** Not before Lark's reset; 0 leaves the first-retry delay (scheduleRetry's minimum). */
 const waitOf = (o: NowOutcome) =>

@@ -85,19 +85,21 @@ export const WITHDRAW_FAILED_INCIDENT = (updated: string, error: string) =>
    select workspace_id, 'withdraw_failed' from ${updated}
    where ${error} like 'withdraw:%' and ${error} not like 'withdraw:unconfirmed:%'`;
 
+/** A failed withdrawal: why (`last_error`), how long Lark asked to wait, and whether it refused the credentials. */
+export interface WithdrawFailure {
+  delayMs: number;
+  error: string;
+  credentialsRefused?: boolean;
+}
+
 /**
  * A failed withdrawal is left for the maintenance retry pass (it backs off from here). Only
  * ever pushes next_attempt_at later (`greatest`): a re-run of the turn-settled effect must not
  * pull a row the retry pass backed off to an hour back to 30 s. An empty sweep of an
  * unfinished Add (`withdraw:unconfirmed:…`) is the spec's waiting state, not an incident.
  */
-export async function scheduleRetry(
-  q: Q,
-  id: string,
-  delayMs: number,
-  error: string,
-  credentialsRefused?: boolean,
-) {
+export async function scheduleRetry(q: Q, id: string, failure: WithdrawFailure) {
+  const { delayMs, error, credentialsRefused } = failure;
   await q.query(
     `with u as (
        update channel_typing_reaction
@@ -116,14 +118,8 @@ export async function scheduleRetry(
  * the reaction id (as `recordAdded` would) and makes the row due for the retry pass, which
  * deletes a known reaction id precisely whether or not the turn has settled.
  */
-export async function scheduleWithdrawal(
-  q: Q,
-  id: string,
-  reactionId: string,
-  delayMs: number,
-  error: string,
-  credentialsRefused?: boolean,
-) {
+export async function scheduleWithdrawal(q: Q, id: string, reactionId: string, failure: WithdrawFailure) {
+  const { delayMs, error, credentialsRefused } = failure;
   await q.query(
     `with u as (
        update channel_typing_reaction

@@ -167,8 +167,8 @@ async function retryLater(
   why: string,
   credentialsRefused?: boolean,
 ): Promise<void> {
-  await scheduleRetry(pool, rowId, waitMs, why, credentialsRefused).catch((err: unknown) =>
-    log.warn('typing_retry_schedule_failed', { rowId, error: err }),
+  await scheduleRetry(pool, rowId, { delayMs: waitMs, error: why, credentialsRefused }).catch(
+    (err: unknown) => log.warn('typing_retry_schedule_failed', { rowId, error: err }),
   );
 }
 
