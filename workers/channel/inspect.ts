@@ -129,7 +129,13 @@ export async function conversationTimeline(db: Queryable, sessionId: string): Pr
         at: iso(r.settled_at),
         kind: 'turn',
         summary: `turn ${r.turn_no} ${r.outcome}${r.reply_message_id ? ` (reply ${r.reply_message_id})` : ''}`,
-        detail: { turn_no: r.turn_no, outcome: r.outcome, delivery_key: r.delivery_key },
+        detail: {
+          turn_no: r.turn_no,
+          outcome: r.outcome,
+          delivery_key: r.delivery_key,
+          // What the re-run route accepts (rerun.ts): a failed or retired turn, not re-run yet.
+          rerunnable: (r.outcome === 'failed' || r.outcome === 'retired') && !r.rerun_requested_at,
+        },
       });
   }
   for (const r of badges.rows)

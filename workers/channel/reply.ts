@@ -14,7 +14,7 @@ import { durableRateGate } from '../lark/rate-limits';
 import { log } from '../log';
 import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
-import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
+import { REPLY_KIND, type ReplyArgs, type ReplyResult, rerunOf, SETTLED_KIND } from './conversation';
 import { findCard } from './reply-cards';
 import { claimReplyPost, recalledBeforeAsking, recalledInputs } from './reply-claim';
 import { held, notDelivered, recalled } from './reply-results';
@@ -132,6 +132,7 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
 /** Asks the turn's agent, within AGENT_TIMEOUT_MS; `onText` sees a streamed answer grow. */
 function agentAsker(config: Config, deps: ChannelDeps, args: ReplyArgs, signal: AbortSignal) {
   const agent = agentFor(config, deps.agentBinding?.());
+  const of = rerunOf(args.inputs);
   return (onText?: (textSoFar: string) => void) =>
     measured(
       Date.now(),
@@ -147,6 +148,8 @@ function agentAsker(config: Config, deps: ChannelDeps, args: ReplyArgs, signal: 
             senderOpenId: i.senderOpenId,
             text: i.text,
           })),
+          // A re-run says so (in-process agents: the dev echo agent's failure on demand).
+          ...(of === null ? {} : { rerunOf: of }),
         },
         AbortSignal.any([signal, AbortSignal.timeout(config.AGENT_TIMEOUT_MS)]),
         onText,

@@ -31,8 +31,9 @@ export function inspectView(p: {
     : p.q
       ? html`<p class="muted" data-testid="inspect-none">No conversation has that chat id, message id or sender.</p>`
       : '';
+  // On the turn's settled entry, once: not after a re-run was requested.
   const rerunnable = (e: TimelineEntry) =>
-    e.kind === 'turn' && e.detail.outcome === 'failed' && typeof e.detail.delivery_key === 'string';
+    e.kind === 'turn' && e.detail.rerunnable === true && typeof e.detail.delivery_key === 'string';
   const timeline = p.conversation
     ? html`<h3>Timeline of ${p.conversation.id}</h3>
       <table data-testid="inspect-timeline"><tr><th>at</th><th>what</th><th>summary</th><th>action</th></tr>
