@@ -120,11 +120,17 @@ async function startStack(databaseUrl: string) {
   return { base: `http://127.0.0.1:${port}`, consoleUrl: consoleUrl! };
 }
 
+/** What the inspector searches for: the demo's chat, within its installation. */
+interface Found {
+  chatId: string;
+  installationId: string;
+}
+
 /** The chat whose turn the dev echo agent fails (its `/fail` message): the re-run's. */
 const FAIL_CHAT = 'oc_browserrerun';
 
 /** The seed: the two demos, a failing withdrawal, a dead letter, a failing turn, one maintenance run. */
-async function seed(base: string, db: pg.Client): Promise<{ chatId: string }> {
+async function seed(base: string, db: pg.Client): Promise<Found> {
   check((await run(['scripts/demo.ts'], {}, 60_000)) === 0, 'npm run demo: badges on, reply, badges gone');
   check(
     (await run(['examples/mobile-client/demo.ts'], {}, 60_000)) === 0,
@@ -193,16 +199,17 @@ async function seed(base: string, db: pg.Client): Promise<{ chatId: string }> {
     'a maintenance run to be recorded',
     async () => (await db.query('select 1 from typing_maintenance_runs')).rowCount,
   );
-  return { chatId: lark.chatId };
+  return { chatId: lark.chatId, installationId: lark.installationId };
 }
 
 /** The conversation inspector: found by chat id, one timeline, screenshot. */
-async function inspector(page: Page, consoleUrl: string, chatId: string) {
+async function inspector(page: Page, consoleUrl: string, { chatId, installationId }: Found) {
   await page.goto(consoleUrl);
   await Promise.all([page.waitForURL(/\/console\/inspect$/), page.click('[data-testid="inspect-link"]')]);
+  await page.fill('#installation', installationId);
   await page.fill('#q', chatId);
   await Promise.all([
-    page.waitForURL(/\/console\/inspect\?q=/),
+    page.waitForURL(/\/console\/inspect\?installation=li_[^&]+&q=/),
     page.click('[data-testid="inspect-search"] button'),
   ]);
   check(
@@ -218,7 +225,7 @@ async function inspector(page: Page, consoleUrl: string, chatId: string) {
 }
 
 /** The `/fail` chat's turn, failed, re-run from the inspector (confirmed, CSRF-guarded): delivered. */
-async function rerun(page: Page, consoleUrl: string, db: pg.Client) {
+async function rerun(page: Page, consoleUrl: string, db: pg.Client, installationId: string) {
   const turnOf = (outcome: string, rerunOf: boolean) =>
     db.query<{ turn_no: number; delivery_key: string; reply_message_id: string | null }>(
       `select t.turn_no, t.delivery_key, t.reply_message_id
@@ -231,7 +238,7 @@ async function rerun(page: Page, consoleUrl: string, db: pg.Client) {
     'the /fail turn to end failed',
     async () => (await turnOf('failed', false)).rows[0],
   );
-  await page.goto(`${consoleUrl}/inspect?q=${FAIL_CHAT}`);
+  await page.goto(`${consoleUrl}/inspect?installation=${installationId}&q=${FAIL_CHAT}`);
   const form = page.locator(
     `#panel-inspect form[data-action="turn-rerun"]:has(input[value="${failed.delivery_key}"])`,
   );
@@ -248,7 +255,7 @@ async function rerun(page: Page, consoleUrl: string, db: pg.Client) {
     async () => (await turnOf('delivered', true)).rows[0],
   );
   check(delivered.reply_message_id, `the re-run, turn ${delivered.turn_no}, posted a reply`);
-  await page.goto(`${consoleUrl}/inspect?q=${FAIL_CHAT}`);
+  await page.goto(`${consoleUrl}/inspect?installation=${installationId}&q=${FAIL_CHAT}`);
   const timeline = (await page.locator('[data-testid="inspect-timeline"]').textContent()) ?? '';
   check(
     timeline.includes(`a re-run of turn ${failed.turn_no}`) &&
@@ -331,7 +338,7 @@ async function act(page: Page, panel: string, name: string) {
   await Promise.all([page.waitForURL(/\/console(#.*)?$/), form.locator('button[type=submit]').click()]);
 }
 
-async function drive(consoleUrl: string, chatId: string, db: pg.Client) {
+async function drive(consoleUrl: string, found: Found, db: pg.Client) {
   const profile = mkdtempSync(join(tmpdir(), 'console-chromium-'));
   cleanups.push(() => rmSync(profile, { recursive: true, force: true }));
   const context = await chromium.launchPersistentContext(profile, {
@@ -429,8 +436,8 @@ async function drive(consoleUrl: string, chatId: string, db: pg.Client) {
   await page.screenshot({ path: join(results, 'console.png'), fullPage: true });
 
   await bulkDeadLetters(page);
-  await inspector(page, consoleUrl, chatId);
-  await rerun(page, consoleUrl, db);
+  await inspector(page, consoleUrl, found);
+  await rerun(page, consoleUrl, db, found.installationId);
   await pauseResume(page, consoleUrl);
   await csrfMissingRefused(page);
 }
@@ -456,9 +463,9 @@ try {
   const db = new pg.Client({ connectionString: databaseUrl, statement_timeout: 5000 });
   await db.connect();
   cleanups.push(() => db.end());
-  const { chatId } = await seed(base, db);
+  const found = await seed(base, db);
   say(`seeded in ${Math.round((Date.now() - started) / 1000)} s`);
-  await drive(consoleUrl, chatId, db);
+  await drive(consoleUrl, found, db);
   say(`passed in ${Math.round((Date.now() - started) / 1000)} s; screenshots in test-results/console-*.png`);
 } catch (err) {
   console.error(`[browser] ${(err as Error).stack ?? err}`);

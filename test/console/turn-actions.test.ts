@@ -50,7 +50,7 @@ describe('console: re-run, pause and resume', { timeout: 90_000 }, () => {
 
     // The inspector offers no second re-run of it.
     const inspected = await exports.default.fetch(
-      `${BASE}/console/inspect?q=${encodeURIComponent(messageId)}`,
+      `${BASE}/console/inspect?installation=${app.installationId}&q=${encodeURIComponent(messageId)}`,
       {
         headers: { cookie: s.cookie },
       },
