@@ -167,6 +167,9 @@ try {
       // The echo agent types its answer out to a card reply (npm run demo's streamed reply);
       // a text reply still gets it at once.
       ECHO_AGENT_WORD_MS: process.env.ECHO_AGENT_WORD_MS ?? '120',
+      // The echo agent fails a turn with `/fail` in a message (not its re-run): a failed turn to
+      // inspect and re-run from the console with no agent service (docs/channel.md "Agents").
+      ECHO_AGENT_FAIL_MARKER: process.env.ECHO_AGENT_FAIL_MARKER ?? '/fail',
     },
   });
 

@@ -2,10 +2,12 @@
 // `npm run dev` stack (scripts/dev.ts) on a fresh database and free ports, seeds it with the
 // demos (scripts/demo.ts: Lark messages, badges, a turn and its reply; the mobile client demo:
 // tickets and answers), one failing Lark withdrawal (emulator fault) and one dead-lettered
-// message, then drives Debian's Chromium (/usr/bin/chromium, CHROMIUM_PATH to override)
+// message, and a turn the dev echo agent fails on demand (a `/fail` message, ECHO_AGENT_FAIL_MARKER),
+// then drives Debian's Chromium (/usr/bin/chromium, CHROMIUM_PATH to override)
 // through playwright-core: a wrong token and a missing CSRF token are refused, sign-in works,
 // every panel renders with data, a chart has points, stop then enable round-trips, a bulk
-// dead-letter preview then its requeue. One
+// dead-letter preview then its requeue, the failed turn found in the inspector and re-run
+// (confirmed, CSRF-guarded), its re-run delivered. One
 // screenshot per panel (and the whole page) goes to test-results/console-*.png. Exit code 1 on
 // any failure. Refuses to run while this checkout's `npm run dev` is up (one stack per checkout).
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -118,8 +120,17 @@ async function startStack(databaseUrl: string) {
   return { base: `http://127.0.0.1:${port}`, consoleUrl: consoleUrl! };
 }
 
-/** The seed: the two demos, a failing withdrawal, a dead letter, one maintenance run. */
-async function seed(base: string, db: pg.Client): Promise<{ chatId: string }> {
+/** What the inspector searches for: the demo's chat, within its installation. */
+interface Found {
+  chatId: string;
+  installationId: string;
+}
+
+/** The chat whose turn the dev echo agent fails (its `/fail` message): the re-run's. */
+const FAIL_CHAT = 'oc_browserrerun';
+
+/** The seed: the two demos, a failing withdrawal, a dead letter, a failing turn, one maintenance run. */
+async function seed(base: string, db: pg.Client): Promise<Found> {
   check((await run(['scripts/demo.ts'], {}, 60_000)) === 0, 'npm run demo: badges on, reply, badges gone');
   check(
     (await run(['examples/mobile-client/demo.ts'], {}, 60_000)) === 0,
@@ -153,6 +164,18 @@ async function seed(base: string, db: pg.Client): Promise<{ chatId: string }> {
     async () => (await db.query('select 1 from lark_api_errors')).rowCount,
   );
   await fetch(`${emulator}/__emulator/faults`, { method: 'DELETE' });
+  // A turn that fails: `npm run dev`'s echo agent fails a turn with `/fail` in a message
+  // (ECHO_AGENT_FAIL_MARKER), every generation (about 5 s), while the rest is seeded and driven.
+  await fetch(`${emulator}/__emulator/events`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      app_id: lark.appId,
+      deliver: 'post',
+      url: lark.webhookUrl,
+      message: { text: 'please answer /fail', chat_id: FAIL_CHAT, chat_type: 'group' },
+    }),
+  });
   // A dead-lettered message (the drain dead-letters after 5 failed deliveries; seeded directly).
   await db.query(
     `with i as (insert into actor_instances (id, actor_type, actor_key) values ('console-seed', 'console-seed', 'one')
@@ -176,16 +199,17 @@ async function seed(base: string, db: pg.Client): Promise<{ chatId: string }> {
     'a maintenance run to be recorded',
     async () => (await db.query('select 1 from typing_maintenance_runs')).rowCount,
   );
-  return { chatId: lark.chatId };
+  return { chatId: lark.chatId, installationId: lark.installationId };
 }
 
 /** The conversation inspector: found by chat id, one timeline, screenshot. */
-async function inspector(page: Page, consoleUrl: string, chatId: string) {
+async function inspector(page: Page, consoleUrl: string, { chatId, installationId }: Found) {
   await page.goto(consoleUrl);
   await Promise.all([page.waitForURL(/\/console\/inspect$/), page.click('[data-testid="inspect-link"]')]);
+  await page.fill('#installation', installationId);
   await page.fill('#q', chatId);
   await Promise.all([
-    page.waitForURL(/\/console\/inspect\?q=/),
+    page.waitForURL(/\/console\/inspect\?installation=li_[^&]+&q=/),
     page.click('[data-testid="inspect-search"] button'),
   ]);
   check(
@@ -198,6 +222,51 @@ async function inspector(page: Page, consoleUrl: string, chatId: string) {
       `inspector: the timeline shows the conversation's ${kind} rows`,
     );
   await page.locator('#panel-inspect').screenshot({ path: join(results, 'console-inspect.png') });
+}
+
+/** The `/fail` chat's turn, failed, re-run from the inspector (confirmed, CSRF-guarded): delivered. */
+async function rerun(page: Page, consoleUrl: string, db: pg.Client, installationId: string) {
+  const turnOf = (outcome: string, rerunOf: boolean) =>
+    db.query<{ turn_no: number; delivery_key: string; reply_message_id: string | null }>(
+      `select t.turn_no, t.delivery_key, t.reply_message_id
+         from channel_turns t join channel_conversations c on c.id = t.session_id
+        where c.chat_id = $1 and t.outcome = $2 and (t.rerun_of is not null) = $3
+        order by t.turn_no limit 1`,
+      [FAIL_CHAT, outcome, rerunOf],
+    );
+  const failed = await until(
+    'the /fail turn to end failed',
+    async () => (await turnOf('failed', false)).rows[0],
+  );
+  await page.goto(`${consoleUrl}/inspect?installation=${installationId}&q=${FAIL_CHAT}`);
+  const form = page.locator(
+    `#panel-inspect form[data-action="turn-rerun"]:has(input[value="${failed.delivery_key}"])`,
+  );
+  check((await form.count()) === 1, `inspector: the failed turn ${failed.turn_no} offers Re-run`);
+  await page.locator('#panel-inspect').screenshot({ path: join(results, 'console-rerun-failed.png') });
+  await form.locator('input[name=confirm]').check();
+  await Promise.all([page.waitForURL(/\/console(#.*)?$/), form.locator('button[type=submit]').click()]);
+  check(
+    /turn-rerun/.test((await page.locator('#panel-audit').textContent()) ?? ''),
+    'the re-run is in the audit panel',
+  );
+  const delivered = await until(
+    'the re-run to be delivered',
+    async () => (await turnOf('delivered', true)).rows[0],
+  );
+  check(delivered.reply_message_id, `the re-run, turn ${delivered.turn_no}, posted a reply`);
+  await page.goto(`${consoleUrl}/inspect?installation=${installationId}&q=${FAIL_CHAT}`);
+  const timeline = (await page.locator('[data-testid="inspect-timeline"]').textContent()) ?? '';
+  check(
+    timeline.includes(`a re-run of turn ${failed.turn_no}`) &&
+      timeline.includes(`turn ${delivered.turn_no} delivered`),
+    'inspector: the re-run and its delivery are on the timeline',
+  );
+  check(
+    (await page.locator('#panel-inspect form[data-action="turn-rerun"]').count()) === 0,
+    'inspector: no re-run offered once it is re-run',
+  );
+  await page.locator('#panel-inspect').screenshot({ path: join(results, 'console-rerun-delivered.png') });
 }
 
 /** Pause, then resume (answering the backlog), from the Lark panel; both audited. */
@@ -269,7 +338,7 @@ async function act(page: Page, panel: string, name: string) {
   await Promise.all([page.waitForURL(/\/console(#.*)?$/), form.locator('button[type=submit]').click()]);
 }
 
-async function drive(consoleUrl: string, chatId: string) {
+async function drive(consoleUrl: string, found: Found, db: pg.Client) {
   const profile = mkdtempSync(join(tmpdir(), 'console-chromium-'));
   cleanups.push(() => rmSync(profile, { recursive: true, force: true }));
   const context = await chromium.launchPersistentContext(profile, {
@@ -367,7 +436,8 @@ async function drive(consoleUrl: string, chatId: string) {
   await page.screenshot({ path: join(results, 'console.png'), fullPage: true });
 
   await bulkDeadLetters(page);
-  await inspector(page, consoleUrl, chatId);
+  await inspector(page, consoleUrl, found);
+  await rerun(page, consoleUrl, db, found.installationId);
   await pauseResume(page, consoleUrl);
   await csrfMissingRefused(page);
 }
@@ -393,9 +463,9 @@ try {
   const db = new pg.Client({ connectionString: databaseUrl, statement_timeout: 5000 });
   await db.connect();
   cleanups.push(() => db.end());
-  const { chatId } = await seed(base, db);
+  const found = await seed(base, db);
   say(`seeded in ${Math.round((Date.now() - started) / 1000)} s`);
-  await drive(consoleUrl, chatId);
+  await drive(consoleUrl, found, db);
   say(`passed in ${Math.round((Date.now() - started) / 1000)} s; screenshots in test-results/console-*.png`);
 } catch (err) {
   console.error(`[browser] ${(err as Error).stack ?? err}`);

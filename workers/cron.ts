@@ -1,4 +1,5 @@
 import { sweepUnfinishedCards } from './channel/card-sweep';
+import { sweepRecalls } from './channel/recall-sweep';
 import { effectsEveryMinute } from './effects/cron';
 import type { Env } from './env';
 import { housekeepingEveryMinute } from './housekeeping/cron';
@@ -30,7 +31,8 @@ async function everyMinute(env: Env): Promise<unknown> {
   const effects = await step('effect_minute_failed', () => effectsEveryMinute(env));
   const housekeeping = await step('housekeeping_failed', () => housekeepingEveryMinute(env));
   const cards = await step('channel_card_sweep_failed', () => sweepUnfinishedCards(env));
-  return { typingMaintenance: typingArmed, effects, housekeeping, cards };
+  const recalls = await step('channel_recall_sweep_failed', () => sweepRecalls(env));
+  return { typingMaintenance: typingArmed, effects, housekeeping, cards, recalls };
 }
 
 export const CRON_HANDLERS: Record<string, CronHandler> = {

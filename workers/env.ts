@@ -10,7 +10,7 @@ import { bindMetrics } from './metrics';
  * (`npm run types:check` fails when it drifts). The type only names the bindings; whether a
  * value is present and well-formed is decided by ConfigSchema below, which also reads the
  * optional settings that have no default and so appear in neither file (AGENT_URL,
- * AGENT_SIGNING_SECRET, ECHO_AGENT_WORD_MS, ACTOR_JWKS_URL, ACTOR_JWT_ISSUER, ACTOR_JWT_AUDIENCE).
+ * AGENT_SIGNING_SECRET, ECHO_AGENT_WORD_MS, ECHO_AGENT_FAIL_MARKER, ACTOR_JWKS_URL, ACTOR_JWT_ISSUER, ACTOR_JWT_AUDIENCE).
  */
 export type Env = Cloudflare.Env;
 
@@ -69,6 +69,10 @@ export const ConfigSchema = z.object({
   // The echo agent types its answer out to a card reply, one word this many ms apart (npm run
   // dev sets it for the demo); unset, it answers in one piece.
   ECHO_AGENT_WORD_MS: intFromString(1, 5000).optional(),
+  // The echo agent fails every turn with an input containing this text, except a re-run of it
+  // (npm run dev sets `/fail`, for the console's re-run); unset, it never fails. Dev only: a
+  // deployable config that sets it is refused (scripts/lib/deploy-checks.ts).
+  ECHO_AGENT_FAIL_MARKER: z.string().min(2).max(64).optional(),
   // Retention cleanup (docs/retention.md): ages, the drain grace past ticket expiry, run bounds.
   // Read by the cleanup's own Worker (retention.wrangler.toml, workers/retention/config.ts).
   RETENTION_RECEIPT_DAYS: intFromString(1, 3650).default(30),

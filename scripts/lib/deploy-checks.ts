@@ -6,7 +6,9 @@
  *    them (cloudflare/workers-sdk#6776), and the alerts read those logs;
  *  - source maps: without them stack traces in logs, traces and Issues point into the bundle;
  *  - routing: a workers.dev hostname or preview URL bypasses the zone's WAF, rate limiting and
- *    Access rules.
+ *    Access rules;
+ *  - dev switches: `ECHO_AGENT_FAIL_MARKER` makes the echo agent fail users' turns on demand
+ *    (npm run dev's, for the console's re-run), never a deployed Worker's.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join, relative } from 'node:path';
@@ -39,6 +41,8 @@ export function deployProblems(config: Config): string[] {
   if (config.upload_source_maps !== true) problems.push('upload_source_maps must be true');
   if (config.workers_dev !== false) problems.push('workers_dev must be false');
   if (config.preview_urls !== false) problems.push('preview_urls must be false');
+  if (config.vars && 'ECHO_AGENT_FAIL_MARKER' in config.vars)
+    problems.push('ECHO_AGENT_FAIL_MARKER is npm run dev only (the echo agent fails turns on demand)');
   return problems;
 }
 

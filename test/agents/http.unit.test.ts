@@ -160,6 +160,23 @@ describe('agents', () => {
     });
   });
 
+  it('agent.echo_fails_on_demand: with ECHO_AGENT_FAIL_MARKER a turn carrying the marker fails, its re-run and other turns answer', async () => {
+    const config = { AGENT_TIMEOUT_MS: 1000, ECHO_AGENT_FAIL_MARKER: '/fail' };
+    const agent = agentFor(config);
+    expect(agent.name).toBe('echo');
+    const signal = new AbortController().signal;
+    const marked = { ...turn, inputs: [...turn.inputs, { ...turn.inputs[0]!, text: 'please /fail' }] };
+    await expect(agent.reply(marked, signal)).rejects.toThrow(/failing on demand \(\/fail\)/);
+    expect(await agent.reply({ ...marked, rerunOf: 1 }, signal)).toEqual({
+      text: 'echo (3): hi | there | please /fail',
+    });
+    expect(await agent.reply(turn, signal)).toEqual({ text: 'echo (2): hi | there' });
+    // Unset, the marker is text like any other.
+    expect(await agentFor({ AGENT_TIMEOUT_MS: 1000 }).reply(marked, signal)).toEqual({
+      text: 'echo (3): hi | there | please /fail',
+    });
+  });
+
   it('agent.echo_types_out: with ECHO_AGENT_WORD_MS the echo agent streams its answer word by word to a watcher, answers a text reply at once, and stops on abort', async () => {
     expect(agentFor({ AGENT_TIMEOUT_MS: 1000, ECHO_AGENT_WORD_MS: 100 }).name).toBe('echo');
     expect(agentFor({ AGENT_TIMEOUT_MS: 1000, ECHO_AGENT_WORD_MS: 100 })).not.toBe(echoAgent);

@@ -467,6 +467,27 @@ describe('recalled messages (issue 33 item 2)', { timeout: 40_000 }, () => {
       expect(await repliesTo(anchor)).toEqual([]);
     });
 
+    it('the newest input recalled while the agent answers: the reply goes to the newest input left, delivered', async () => {
+      const chat = newChat(suite.app);
+      const older = await badgedMessage(chat, 'first part');
+      const newest = await badgedMessage(chat, 'second part');
+      const gated = gatedAgent();
+      const { run } = await turnAtAgent(chat, gated);
+      expect((await turns(pool, chat))[0]).toMatchObject({ input_count: 2, anchor_message_id: newest });
+      const r = await recall(suite.app, { message_id: newest });
+      expect(r.body).toEqual({ ok: true, recalled: true });
+      await r.afterAnswer;
+      gated.release();
+      const turn = await settleRun(chat, run);
+      // Lark refuses a reply to a withdrawn message (230011): the post goes to the older input,
+      // and the turn row says where it went.
+      expect(turn).toMatchObject({ outcome: 'delivered', anchor_message_id: older });
+      expect(await repliesTo(newest)).toEqual([]);
+      const replies = await repliesTo(older);
+      expect(replies.map((x) => x.message_id)).toEqual([turn.reply_message_id]);
+      expect(replies.map(textOf)).toEqual(['echo: first part second part']);
+    });
+
     it('a recall held back until the post is claimed comes after it: the reply stays', async () => {
       const chat = newChat(suite.app);
       const anchor = await badgedMessage(chat, 'too late');

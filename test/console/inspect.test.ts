@@ -37,7 +37,7 @@ describe('conversation inspector', { timeout: 90_000 }, () => {
       [messageId, 'message'],
       [sender, 'sender'],
     ] as const) {
-      const res = await admin(`q=${encodeURIComponent(q)}`);
+      const res = await admin(`installation=${app.installationId}&q=${encodeURIComponent(q)}`);
       expect(res.status, q).toBe(200);
       const body = (await res.json()) as {
         matches: { id: string; via: string }[];
@@ -59,23 +59,38 @@ describe('conversation inspector', { timeout: 90_000 }, () => {
     }
 
     const s = await signIn();
-    const page = await exports.default.fetch(`${BASE}/console/inspect?q=${encodeURIComponent(messageId)}`, {
-      headers: { cookie: s.cookie },
-    });
+    // Another installation's search finds none of it (every search is within one installation).
+    const other = await installApp();
+    const elsewhere = await admin(`installation=${other.installationId}&q=${encodeURIComponent(messageId)}`);
+    expect(((await elsewhere.json()) as { matches: unknown[] }).matches).toEqual([]);
+
+    const page = await exports.default.fetch(
+      `${BASE}/console/inspect?installation=${app.installationId}&q=${encodeURIComponent(messageId)}`,
+      {
+        headers: { cookie: s.cookie },
+      },
+    );
     expect(page.status).toBe(200);
     const text = await page.text();
     expect(text).toContain('data-testid="inspect-timeline"');
     expect(text).toContain(`value="${failed.delivery_key}"`);
-    expect(text).toContain('data-action="turn-rerun"');
+    // Once, on the turn's settled entry (not on its start as well).
+    expect(text.split('data-action="turn-rerun"')).toHaveLength(2);
     expect(text).not.toContain(secretText);
     expect(s.html).toContain('href="/console/inspect"');
   });
 
   it('inspect.bad_input: an unknown id finds nothing; a malformed query is 400 validation_failed; no token is 401', async () => {
-    const none = await admin('q=oc_nobody_here');
+    const none = await admin('installation=li_nobody&q=oc_nobody_here');
     expect(none.status).toBe(200);
     expect(await none.json()).toEqual({ matches: [], conversation: null, timeline: [] });
-    for (const q of ['q=', 'q=has%20space', `q=${'x'.repeat(201)}`]) {
+    for (const q of [
+      'installation=li_x&q=',
+      'installation=li_x&q=has%20space',
+      `installation=li_x&q=${'x'.repeat(201)}`,
+      'q=oc_no_installation',
+      'installation=not-one&q=oc_x',
+    ]) {
       const res = await admin(q);
       expect(res.status, q).toBe(400);
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe('validation_failed');
@@ -85,7 +100,7 @@ describe('conversation inspector', { timeout: 90_000 }, () => {
     expect(unsigned.status).toBe(401);
     expect(await unsigned.text()).toContain('action="/console/login"');
     const s = await signIn();
-    const bad = await exports.default.fetch(`${BASE}/console/inspect?q=has%20space`, {
+    const bad = await exports.default.fetch(`${BASE}/console/inspect?installation=li_x&q=has%20space`, {
       headers: { cookie: s.cookie },
     });
     expect(bad.status).toBe(400);

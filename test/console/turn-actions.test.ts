@@ -1,3 +1,4 @@
+import { exports } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { readSettings } from '../../workers/installations/settings';
 import {
@@ -14,7 +15,7 @@ import {
 } from '../channel/helpers';
 import { uid } from '../helpers/db';
 import { installApp } from '../lark/helpers';
-import { action, auditOf, post, signIn } from './helpers';
+import { action, auditOf, BASE, post, signIn } from './helpers';
 
 /**
  * The console's re-run, pause and resume (issue 33 items 4 and 5): the admin routes' functions,
@@ -47,6 +48,16 @@ describe('console: re-run, pause and resume', { timeout: 90_000 }, () => {
       again.delivery_key,
     ]);
 
+    // The inspector offers no second re-run of it.
+    const inspected = await exports.default.fetch(
+      `${BASE}/console/inspect?installation=${app.installationId}&q=${encodeURIComponent(messageId)}`,
+      {
+        headers: { cookie: s.cookie },
+      },
+    );
+    const page = await inspected.text();
+    expect(page).toContain('a re-run of turn 1');
+    expect(page).not.toContain('data-action="turn-rerun"');
     const twice = await action(s, 'turn-rerun', fields);
     expect(twice.status).toBe(409);
     expect(await twice.text()).toContain('data-code="turn_already_rerun"');

@@ -198,7 +198,7 @@ const ROUTES: Doc[] = [
     method: 'get',
     path: '/admin/lark/conversations',
     summary:
-      'The conversation inspector: conversations by chat id, message id or open_id, and the chosen one (or the newest) on one timeline',
+      "The conversation inspector: one installation's conversations by chat id, message id or open_id, and the chosen one (or the newest) on one timeline",
     query: InspectQuery,
     answer: z.object({ matches: z.array(Json), conversation: Json.nullable(), timeline: z.array(Json) }),
   },

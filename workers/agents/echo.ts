@@ -5,6 +5,23 @@ function echoText(turn: AgentTurn): string {
   return texts.length === 1 ? `echo: ${texts[0]}` : `echo (${texts.length}): ${texts.join(' | ')}`;
 }
 
+/**
+ * The echo agent failing on demand (`ECHO_AGENT_FAIL_MARKER`, `npm run dev` sets `/fail`): a
+ * turn with an input whose text contains the marker fails every generation, so a turn ends
+ * `failed` with no agent service (the browser suite's re-run, a failure notice to look at). A
+ * re-run of it (`rerunOf`) answers: the dev stand-in for "the agent was fixed, then re-run".
+ */
+export function failingOnDemand(agent: Agent, marker: string): Agent {
+  return {
+    name: agent.name,
+    reply(turn, signal, onText) {
+      if (turn.rerunOf === undefined && turn.inputs.some((i) => i.text.includes(marker)))
+        return Promise.reject(new Error(`echo agent: failing on demand (${marker})`));
+      return agent.reply(turn, signal, onText);
+    },
+  };
+}
+
 /** The built-in agent: echoes the turn's inputs, so the engine works with no agent service. */
 export const echoAgent: Agent = {
   name: 'echo',

@@ -1,10 +1,10 @@
 import type { Config } from '../env';
 import { AppError } from '../errors';
-import { echoAgent, typingEchoAgent } from './echo';
+import { echoAgent, failingOnDemand, typingEchoAgent } from './echo';
 import { httpAgent } from './http';
 import type { Agent } from './types';
 
-export { echoAgent, typingEchoAgent } from './echo';
+export { echoAgent, failingOnDemand, typingEchoAgent } from './echo';
 export { httpAgent } from './http';
 export * from './types';
 
@@ -16,13 +16,21 @@ export const AGENT_BINDING_URL = 'https://agent.internal/';
 /**
  * The agent for a turn: an in-account Worker through the `AGENT` service binding when the
  * Worker has one, else the HTTP agent when AGENT_URL is set, else the echo agent (typing its
- * answer out word by word to a card reply when ECHO_AGENT_WORD_MS is set). Both remote
+ * answer out word by word to a card reply when ECHO_AGENT_WORD_MS is set, failing the turns
+ * that carry ECHO_AGENT_FAIL_MARKER when that is set: dev only). Both remote
  * forms speak the same protocol, signed the same way (a bound Worker can be reached by other
  * Workers of the account too). `setAgentOverride` replaces it inside one isolate (tests, and
  * embedding in another Worker).
  */
 export function agentFor(
-  config: Pick<Config, 'AGENT_URL' | 'AGENT_TIMEOUT_MS' | 'AGENT_SIGNING_SECRET' | 'ECHO_AGENT_WORD_MS'>,
+  config: Pick<
+    Config,
+    | 'AGENT_URL'
+    | 'AGENT_TIMEOUT_MS'
+    | 'AGENT_SIGNING_SECRET'
+    | 'ECHO_AGENT_WORD_MS'
+    | 'ECHO_AGENT_FAIL_MARKER'
+  >,
   binding?: Pick<Fetcher, 'fetch'>,
 ): Agent {
   if (override) return override;
@@ -43,7 +51,8 @@ export function agentFor(
       timeoutMs: config.AGENT_TIMEOUT_MS,
       signingSecret: config.AGENT_SIGNING_SECRET!,
     });
-  return config.ECHO_AGENT_WORD_MS ? typingEchoAgent(config.ECHO_AGENT_WORD_MS) : echoAgent;
+  const echo = config.ECHO_AGENT_WORD_MS ? typingEchoAgent(config.ECHO_AGENT_WORD_MS) : echoAgent;
+  return config.ECHO_AGENT_FAIL_MARKER ? failingOnDemand(echo, config.ECHO_AGENT_FAIL_MARKER) : echo;
 }
 
 export function setAgentOverride(agent: Agent | null): void {

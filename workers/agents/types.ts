@@ -14,6 +14,11 @@ export interface AgentTurn {
   contextRevision: number;
   /** Every coalesced input, oldest first; the last one is the message replied to. */
   inputs: AgentInput[];
+  /**
+   * The failed turn an operator's re-run of this turn repeats (docs/operations.md "Re-run a
+   * failed turn"), when it is one. In-process agents only: not part of the HTTP contract.
+   */
+  rerunOf?: number;
 }
 
 export interface AgentReply {

@@ -76,7 +76,7 @@ function emitReply(ctx: Ctx, s: ConversationState, t: Omit<RunningTurn, 'current
 }
 
 /** The failed turn a new turn re-runs, when it covers a re-run's inputs (rerun.ts). */
-function rerunOf(inputs: TurnInput[]): number | null {
+export function rerunOf(inputs: TurnInput[]): number | null {
   const of = inputs.flatMap((i) => (typeof i.rerunOf === 'number' ? [i.rerunOf] : []));
   return of.length > 0 ? Math.max(...of) : null;
 }

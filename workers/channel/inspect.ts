@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { Queryable } from '../effects/types';
+import { INSTALLATION_ID } from '../installations/store';
 
 /**
  * The conversation inspector (issue 33 item 4): why did this user get no reply? Finds
@@ -11,6 +12,9 @@ import type { Queryable } from '../effects/types';
  * operator sees what happened, not what users wrote.
  */
 export const InspectQuery = z.strictObject({
+  // Every search is within one installation (an open_id is one app's anyway), so each part is
+  // an index probe (FIND_SQL).
+  installation: z.string().regex(INSTALLATION_ID, 'an installation id'),
   q: z
     .string()
     .trim()
@@ -23,6 +27,8 @@ export const InspectQuery = z.strictObject({
 /** Rows of each kind, newest first, in one inspection. */
 export const INSPECT_LIMIT = 200;
 const MATCH_LIMIT = 20;
+/** A sender's newest inputs the search reads for their conversations. */
+const SENDER_INPUTS = 200;
 
 export interface ConversationMatch {
   id: string;
@@ -43,22 +49,41 @@ export interface TimelineEntry {
   detail: Record<string, unknown>;
 }
 
-const FIND_SQL = `
+/**
+ * One installation's conversations by chat id, message id or sender, each part an index probe
+ * (pinned by test/node/channel/inspect.plans.test.ts at 200k inputs): the message through the
+ * inputs' unique (installation_id, message_id); the chat through
+ * channel_conversations_installation_chat and the sender through
+ * lark_inbound_messages_installation_sender (migration 0250). Those two cost every webhook input
+ * one index entry each (the conversation row's per-input update is not HOT: updated_at is
+ * indexed); the search by message id, the common one, costs nothing. A sender is found through
+ * their newest SENDER_INPUTS inputs (a backward range of that index), so a prolific sender costs
+ * the same as any: the conversations of those inputs, at most MATCH_LIMIT.
+ */
+export const FIND_SQL = `
 select c.id, c.installation_id, c.chat_id, c.thread_id, c.last_position::text, c.updated_at, m.via
   from (
-    select id as session_id, 'chat' as via from channel_conversations where chat_id = $1
+    select id as session_id, 'chat' as via from channel_conversations
+     where installation_id = $1 and chat_id = $2
     union
-    select session_id, 'message' from lark_inbound_messages where message_id = $1 and session_id is not null
+    select session_id, 'message' from lark_inbound_messages
+     where installation_id = $1 and message_id = $2 and session_id is not null
     union
-    (select distinct session_id, 'sender' from lark_inbound_messages
-      where sender_open_id = $1 and session_id is not null limit $2)
+    select distinct session_id, 'sender' from (
+      select session_id from lark_inbound_messages
+       where installation_id = $1 and sender_open_id = $2 and session_id is not null
+       order by id desc limit ${SENDER_INPUTS}) s
   ) m
   join channel_conversations c on c.id = m.session_id
  order by c.updated_at desc
- limit $2`;
+ limit $3`;
 
-export async function findConversations(db: Queryable, q: string): Promise<ConversationMatch[]> {
-  const { rows } = await db.query<ConversationMatch>(FIND_SQL, [q, MATCH_LIMIT]);
+export async function findConversations(
+  db: Queryable,
+  installationId: string,
+  q: string,
+): Promise<ConversationMatch[]> {
+  const { rows } = await db.query<ConversationMatch>(FIND_SQL, [installationId, q, MATCH_LIMIT]);
   return rows;
 }
 
@@ -109,7 +134,13 @@ const TIMELINE_SOURCES: TimelineSource[] = [
               at: iso(r.settled_at),
               kind: 'turn' as const,
               summary: `turn ${r.turn_no} ${r.outcome}${r.reply_message_id ? ` (reply ${r.reply_message_id})` : ''}`,
-              detail: { turn_no: r.turn_no, outcome: r.outcome, delivery_key: r.delivery_key },
+              detail: {
+                turn_no: r.turn_no,
+                outcome: r.outcome,
+                delivery_key: r.delivery_key,
+                // What the re-run route accepts (rerun.ts): a failed or retired turn, not re-run yet.
+                rerunnable: (r.outcome === 'failed' || r.outcome === 'retired') && !r.rerun_requested_at,
+              },
             },
           ]
         : []),
@@ -208,8 +239,8 @@ export async function conversationTimeline(db: Queryable, sessionId: string): Pr
 }
 
 /** The inspection: the matches, and the timeline of the chosen one (or the newest). */
-export async function inspect(db: Queryable, q: string, session?: string) {
-  const matches = await findConversations(db, q);
+export async function inspect(db: Queryable, installationId: string, q: string, session?: string) {
+  const matches = await findConversations(db, installationId, q);
   const chosen = matches.find((m) => m.id === session) ?? matches[0] ?? null;
   return { matches, conversation: chosen, timeline: chosen ? await conversationTimeline(db, chosen.id) : [] };
 }

@@ -14,7 +14,7 @@ import { durableRateGate } from '../lark/rate-limits';
 import { log } from '../log';
 import { metric, since } from '../metrics';
 import { type CardReplyInput, cardReply, finishInterruptedCard } from './card-reply';
-import { REPLY_KIND, type ReplyArgs, type ReplyResult, SETTLED_KIND } from './conversation';
+import { REPLY_KIND, type ReplyArgs, type ReplyResult, rerunOf, SETTLED_KIND } from './conversation';
 import { findCard } from './reply-cards';
 import { claimReplyPost, recalledBeforeAsking, recalledInputs } from './reply-claim';
 import { held, notDelivered, recalled } from './reply-results';
@@ -95,9 +95,10 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       let text: string | null = null;
       if (replyMode === 'card_stream') {
         // A card is posted as the agent starts answering (card-reply.ts): the claim comes first.
-        if ((await claim()) === 'recalled') return recalled(args);
+        const claimed = await claim();
+        if (claimed.kind === 'recalled') return recalled(args);
         const result = await cardReply({
-          args,
+          args: { ...args, anchorMessageId: claimed.anchorMessageId },
           lark,
           db: (use) => onPool(config, ctx?.pool, use),
           uuid: deliveryUuid(args, effect.id),
@@ -119,9 +120,11 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
         return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
       }
       text ??= (await ask()).text;
-      // The post decision, under the turn row's lock against a racing recall (reply-claim.ts).
-      if ((await claim()) === 'recalled') return recalled(args);
-      return postText(lark, args, text, deliveryUuid(args, effect.id), signal);
+      // The post decision, under the turn row's lock against a racing recall (reply-claim.ts):
+      // it also names the anchor, the newest input not recalled.
+      const claimed = await claim();
+      if (claimed.kind === 'recalled') return recalled(args);
+      return postText(lark, claimed.anchorMessageId, args, text, deliveryUuid(args, effect.id), signal);
     },
   };
 }
@@ -129,6 +132,7 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
 /** Asks the turn's agent, within AGENT_TIMEOUT_MS; `onText` sees a streamed answer grow. */
 function agentAsker(config: Config, deps: ChannelDeps, args: ReplyArgs, signal: AbortSignal) {
   const agent = agentFor(config, deps.agentBinding?.());
+  const of = rerunOf(args.inputs);
   return (onText?: (textSoFar: string) => void) =>
     measured(
       Date.now(),
@@ -144,6 +148,8 @@ function agentAsker(config: Config, deps: ChannelDeps, args: ReplyArgs, signal: 
             senderOpenId: i.senderOpenId,
             text: i.text,
           })),
+          // A re-run says so (in-process agents: the dev echo agent's failure on demand).
+          ...(of === null ? {} : { rerunOf: of }),
         },
         AbortSignal.any([signal, AbortSignal.timeout(config.AGENT_TIMEOUT_MS)]),
         onText,
@@ -154,6 +160,7 @@ function agentAsker(config: Config, deps: ChannelDeps, args: ReplyArgs, signal: 
 /** The text reply: one post with the turn's uuid. Transient failures throw (a replacement runs). */
 async function postText(
   lark: LarkClient,
+  anchorMessageId: string,
   args: ReplyArgs,
   text: string,
   uuid: string,
@@ -161,7 +168,7 @@ async function postText(
 ): Promise<ReplyResult> {
   try {
     const sent = await lark.replyMessage(
-      args.anchorMessageId,
+      anchorMessageId,
       { content: JSON.stringify({ text }), uuid },
       { deadline: new Deadline(DELIVERY_BUDGET_MS), signal },
     );

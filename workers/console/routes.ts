@@ -104,10 +104,24 @@ export const consoleApp = new Hono<AppEnv>()
     const raw = c.req.query('q');
     const found =
       raw === undefined || raw === ''
-        ? { q: '', matches: [], conversation: null, timeline: [] }
+        ? {
+            installation: c.req.query('installation') ?? '',
+            q: '',
+            matches: [],
+            conversation: null,
+            timeline: [],
+          }
         : await (async () => {
-            const input = validInput(InspectQuery, { q: raw, session: c.req.query('session') });
-            return { q: input.q, ...(await inspect(c.var.db(), input.q, input.session)) };
+            const input = validInput(InspectQuery, {
+              installation: c.req.query('installation'),
+              q: raw,
+              session: c.req.query('session'),
+            });
+            return {
+              installation: input.installation,
+              q: input.q,
+              ...(await inspect(c.var.db(), input.installation, input.q, input.session)),
+            };
           })();
     return render(
       c,

@@ -48,6 +48,16 @@ describe('every deployable Worker declares observability, source maps and no pub
     const problems = deployProblems(readWorkerConfig(path));
     expect(problems).toEqual(['upload_source_maps must be true', 'workers_dev must be false']);
   });
+
+  it('the dev-only failing echo agent (ECHO_AGENT_FAIL_MARKER) is refused', () => {
+    const path = edited('wrangler.toml', (t) =>
+      t.replace(/^\[vars\]\n/m, '[vars]\nECHO_AGENT_FAIL_MARKER = "/fail"\n'),
+    );
+    expect(readFileSync(path, 'utf8')).toContain('ECHO_AGENT_FAIL_MARKER');
+    expect(deployProblems(readWorkerConfig(path))).toEqual([
+      'ECHO_AGENT_FAIL_MARKER is npm run dev only (the echo agent fails turns on demand)',
+    ]);
+  });
 });
 
 describe('[env.staging] is production with its own resources', () => {
