@@ -12,7 +12,7 @@ import { effectConfig } from '../../workers/effects/types';
 import { ageHeartbeat } from '../effects/helpers';
 import { runCron } from '../helpers/cron';
 import { advanceDbClock } from '../helpers/db';
-import { admin, emu } from '../lark/helpers';
+import { admin, buildEvent, emu } from '../lark/helpers';
 import {
   type Chat,
   engineSuite,
@@ -23,6 +23,7 @@ import {
   pump,
   repliesTo,
   say,
+  submitAwaitable,
   textOf,
   turns,
   untilSettled,
@@ -171,6 +172,24 @@ describe('failure notice (issue 33 failure_notice)', { timeout: 40_000 }, () => 
     expect(await untilSettled(pool, chat, 1)).toMatchObject({ outcome: 'failed' });
     await pump(chat);
     expect((await repliesTo(anchor)).map(textOf)).toEqual([notice('failed', 'vi')]);
+  });
+
+  it('failure_notice.to_newest_not_recalled: the newest input recalled after the turn failed, the notice goes to the newest input left', async () => {
+    await setNotice('reaction');
+    const chat = newChat(suite.app);
+    const older = await say(chat, 'first part');
+    const newest = await say(chat, 'second part');
+    await pump(chat);
+    const turn = await failTurnLeavingNotice(chat);
+    expect(turn).toMatchObject({ outcome: 'failed', anchor_message_id: newest });
+    // The user withdraws the newest message before the notice runs: Lark refuses reactions on
+    // it (230011), so a notice aimed there would be dropped as refused.
+    const recall = await buildEvent(suite.app, { type: 'recall', message_id: newest });
+    await (await submitAwaitable(suite.app, recall.request)).afterAnswer;
+    await runClaimedEffects(pool, effectRegistry, runner, { limit: 10, instanceId: chat.sessionId });
+    expect((await noticeEffects(chat)).map((e) => e.status)).toEqual(['completed']);
+    expect(await ourFailureReactions(older)).toBe(1);
+    expect(await noticeRows(chat)).toMatchObject([{ kind: 'reaction', posted: true }]);
   });
 
   it('failure_notice.reaction_once_across_lost_answer: a create Lark applied but never answered is found by listing, not sent again, and the recorded kind wins over a later setting', async () => {

@@ -39,28 +39,47 @@ export const noticeUuid = (args: Pick<FailureNoticeArgs, 'deliveryKey'>) => `fn_
 
 interface NoticeRow {
   kind: 'reaction' | 'reply';
+  /** The message the notice goes to, decided once (DECIDE). */
+  message_id: string;
   add_attempts: number;
   posted: boolean;
   /** Older than Lark's uuid dedup covers (a reply not posted by then is not sent). */
   past_dedup: boolean;
 }
 
-const ROW = `kind, add_attempts, posted_at is not null as posted,
-  created_at <= app_now() - $5 * interval '1 millisecond' as past_dedup`;
+const ROW = `kind, message_id, add_attempts, posted_at is not null as posted,
+  created_at <= app_now() - $4 * interval '1 millisecond' as past_dedup`;
 
 /**
  * The turn's notice: recorded now with the installation's setting if none is (and the turn is
  * failed, with no card, and the setting is not `none`), else the one recorded before. One
  * statement; no row: no notice.
+ *
+ * Its target, decided with it: the message the turn's reply claim recorded, if the turn claimed
+ * a post (reply-claim.ts), else the turn's newest input not recalled by now. Lark refuses a
+ * reaction or a reply on a recalled message (230011), so the settlement's anchor (the newest
+ * input) would drop the notice of a turn whose newest input the user withdrew; every
+ * input recalled: no notice (nothing is left to answer).
  */
 const DECIDE = `
-with decided as (
+with target as (
+  select case when t.reply_claimed_at is not null then t.anchor_message_id
+              else (select m.message_id from lark_inbound_messages m
+                     where m.session_id = t.session_id
+                       and m.position between t.first_position and t.cutoff_position
+                       and not exists (select 1 from channel_recalled_messages r
+                                        where r.installation_id = $3 and r.message_id = m.message_id)
+                     order by m.position desc limit 1)
+         end as message_id
+    from channel_turns t
+   where t.session_id = $1 and t.turn_no = $2 and t.outcome in ('failed', 'retired')
+),
+decided as (
   insert into channel_failure_notices (session_id, turn_no, installation_id, kind, message_id)
-  select $1, $2, $3, s.failure_notice, $4
+  select $1, $2, $3, s.failure_notice, (select message_id from target)
     from lark_installation_settings s
    where s.installation_id = $3 and s.failure_notice <> 'none'
-     and exists (select 1 from channel_turns t
-                  where t.session_id = $1 and t.turn_no = $2 and t.outcome in ('failed', 'retired'))
+     and exists (select 1 from target where message_id is not null)
      and not exists (select 1 from channel_reply_cards c where c.session_id = $1 and c.turn_no = $2)
   on conflict (session_id, turn_no) do nothing
   returning ${ROW}
@@ -75,7 +94,6 @@ async function decide(q: Q, a: FailureNoticeArgs): Promise<NoticeRow | null> {
     a.sessionId,
     a.turnNo,
     a.installationId,
-    a.anchorMessageId,
     REPLY_UUID_SAFE_MS,
   ]);
   return rows[0] ?? null;
@@ -132,20 +150,20 @@ async function post(
     // Lark no longer deduplicates the uuid: an earlier run may have posted, so nothing is sent.
     if (row.past_dedup) return 'uuid_window_passed';
     const content = JSON.stringify({ text: notice('failed', a.locale) });
-    const sent = await lark.replyMessage(a.anchorMessageId, { content, uuid: noticeUuid(a) }, { deadline });
+    const sent = await lark.replyMessage(row.message_id, { content, uuid: noticeUuid(a) }, { deadline });
     await db((q) => markPosted(q, a, { replyMessageId: sent.message_id }));
     return 'posted';
   }
   // A create was sent before (its run died, or lost the answer): ours may be there already.
   if (row.add_attempts > 0) {
-    const found = await findOurs(lark, a.anchorMessageId, appId, deadline);
+    const found = await findOurs(lark, row.message_id, appId, deadline);
     if (found) {
       await db((q) => markPosted(q, a, { reactionId: found }));
       return 'posted';
     }
   }
   await db((q) => countAttempt(q, a));
-  const r = await lark.createReaction(a.anchorMessageId, FAILURE_EMOJI, { deadline });
+  const r = await lark.createReaction(row.message_id, FAILURE_EMOJI, { deadline });
   await db((q) => markPosted(q, a, { reactionId: r.reaction_id }));
   return 'posted';
 }
