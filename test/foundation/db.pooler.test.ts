@@ -1,7 +1,7 @@
 import { env } from 'cloudflare:workers';
 import { Client } from '@neondatabase/serverless';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { openPool } from '../../workers/db/pool';
+import { oneShots, openPool } from '../../workers/db/pool';
 import { withTx } from '../../workers/db/tx';
 import { testPool } from '../helpers/db';
 import { opId, put, seedWorld, ticketFor } from '../reaction-tickets/helpers';
@@ -61,6 +61,28 @@ describe('statement budgets through a transaction pooler', () => {
       await pool.end();
     }
     expect((await control.query('select 1 from pooler_rows')).rows).toHaveLength(0);
+  });
+
+  it("oneShots runs each statement under its own budget, not the pool's, read at each call when a function", async () => {
+    const pool = appPool(15_000);
+    let statementMs = 200;
+    const q = oneShots(pool, () => ({ statementMs, lockMs: statementMs }));
+    try {
+      const slow = (sql: string) =>
+        q.query(sql).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      expect(await slow('select pg_sleep(3)')).toMatchObject({ code: '57014' });
+      statementMs = 2_000;
+      expect(await slow('select pg_sleep(0.4)')).toBeUndefined();
+      // Each call its own transaction: nothing of the budget stays on the server connection.
+      expect(
+        (await pool.query<{ t: string }>('select current_setting($1) as t', ['statement_timeout'])).rows,
+      ).toEqual([{ t: '15s' }]);
+    } finally {
+      await pool.end();
+    }
   });
 
   it('withTx runs every statement under its budget: a longer one fails with 57014', async () => {
