@@ -31,7 +31,8 @@ function readsOutsideTx(texts: string[]): string[] {
   const out: string[] = [];
   let inTx = false;
   for (const t of texts) {
-    if (t.startsWith('begin')) inTx = true;
+    if (t.startsWith('begin'))
+      inTx = true; // withTx's first statement, its begin with it
     else if (t === 'commit' || t === 'rollback') inTx = false;
     else if (!inTx) out.push(t);
   }

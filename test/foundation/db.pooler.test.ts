@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { oneShots, openPool } from '../../workers/db/pool';
 import { withTx } from '../../workers/db/tx';
 import { testPool } from '../helpers/db';
+import { countRoundTrips } from '../helpers/round-trips';
 import { opId, put, seedWorld, ticketFor } from '../reaction-tickets/helpers';
 
 /**
@@ -93,6 +94,44 @@ describe('statement budgets through a transaction pooler', () => {
         (e: unknown) => e,
       );
       expect(err).toMatchObject({ code: '57014' });
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('withTx sends its begin and budget with the first statement: n statements are n + 1 round trips, all in one transaction under the budget', async () => {
+    const pool = appPool(15_000);
+    try {
+      const trips = countRoundTrips(pool);
+      const seen = await withTx(
+        pool,
+        { budgetMs: 900, lockTimeoutMs: 300, isolation: 'repeatable read' },
+        async (c) => {
+          const first = await c.query<{ x: string; s: string; l: string; iso: string }>(
+            `select txid_current()::text as x, current_setting('statement_timeout') as s,
+                  current_setting('lock_timeout') as l, current_setting('transaction_isolation') as iso`,
+          );
+          const second = await c.query<{ x: string }>('select txid_current()::text as x');
+          return { ...first.rows[0]!, second: second.rows[0]!.x };
+        },
+      );
+      trips.stop();
+      expect(trips.texts).toHaveLength(3);
+      expect(trips.texts[0]).toMatch(/^begin; select txid_current/);
+      expect(trips.texts[2]).toBe('commit');
+      expect(seen.second).toBe(seen.x);
+      expect(seen.iso).toBe('repeatable read');
+      expect(seen.l).toBe('300ms');
+      // What was left of 900 ms at the first statement.
+      expect(Number.parseInt(seen.s, 10)).toBeGreaterThan(0);
+      expect(Number.parseInt(seen.s, 10)).toBeLessThanOrEqual(900);
+      // A transaction that failed at its first statement rolls back and runs nothing else.
+      await expect(
+        withTx(pool, { budgetMs: 900 }, async (c) => {
+          await c.query('insert into pooler_rows values (5), (5)');
+        }),
+      ).rejects.toMatchObject({ code: '23505' });
+      expect((await pool.query('select 1 from pooler_rows where id = 5')).rows).toEqual([]);
     } finally {
       await pool.end();
     }

@@ -1,10 +1,12 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
+import { preludeTexts } from '../../workers/db/driver-internals';
 
 /**
  * Counts the round trips made through `pool` from now on: every `query` of a client the pool
  * hands out (checked out by the caller or by the pool's own one-shot `pool.query`) is one
  * exchange ending in one ReadyForQuery, what bench/suites/50-channel.ts counts on the wire.
- * `texts` holds each one's SQL, abbreviated, in order. Only the public API is wrapped
+ * `texts` holds each one's SQL, abbreviated, in order (`begin; ...` for the one that opens a
+ * transaction: withTx sends its begin with the first statement). Only the public API is wrapped
  * (`pool.connect`, `client.query`).
  */
 export function countRoundTrips(pool: Pool): { texts: string[]; stop(): void } {
@@ -32,7 +34,9 @@ export function countRoundTrips(pool: Pool): { texts: string[]; stop(): void } {
   };
 }
 
+/** The statement's SQL; a transaction's first statement, which carries its `begin`, as `begin; <sql>`. */
 function textOf(q: unknown): string {
   const text = typeof q === 'string' ? q : ((q as { text?: string }).text ?? '?');
-  return text.replace(/\s+/g, ' ').trim().slice(0, 60);
+  const opensTx = preludeTexts(q).some((p) => p.startsWith('begin'));
+  return `${opensTx ? 'begin; ' : ''}${text.replace(/\s+/g, ' ').trim().slice(0, 60)}`;
 }
