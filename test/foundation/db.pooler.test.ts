@@ -109,7 +109,8 @@ describe('statement budgets through a transaction pooler', () => {
         async (c) => {
           const first = await c.query<{ x: string; s: string; l: string; iso: string }>(
             `select txid_current()::text as x, current_setting('statement_timeout') as s,
-                  current_setting('lock_timeout') as l, current_setting('transaction_isolation') as iso`,
+                  current_setting('lock_timeout') as l, current_setting($1) as iso`,
+            ['transaction_isolation'],
           );
           const second = await c.query<{ x: string }>('select txid_current()::text as x');
           return { ...first.rows[0]!, second: second.rows[0]!.x };
@@ -128,10 +129,24 @@ describe('statement budgets through a transaction pooler', () => {
       // A transaction that failed at its first statement rolls back and runs nothing else.
       await expect(
         withTx(pool, { budgetMs: 900 }, async (c) => {
-          await c.query('insert into pooler_rows values (5), (5)');
+          await c.query('insert into pooler_rows values ($1), ($1)', [5]);
         }),
       ).rejects.toMatchObject({ code: '23505' });
       expect((await pool.query('select 1 from pooler_rows where id = 5')).rows).toEqual([]);
+      // A first statement without parameters may be several (simple protocol only): it gets
+      // its own begin round trip, and runs inside the transaction all the same.
+      const several = countRoundTrips(pool);
+      const local = await withTx(pool, { budgetMs: 900 }, async (c) => {
+        await c.query("set local work_mem = '8MB'; set local enable_seqscan = off");
+        const { rows } = await c.query<{ w: string; x: string }>(
+          "select current_setting('work_mem') as w, current_setting($1) as x",
+          ['enable_seqscan'],
+        );
+        return rows[0];
+      });
+      several.stop();
+      expect(local).toEqual({ w: '8MB', x: 'off' });
+      expect(several.texts).toHaveLength(4);
     } finally {
       await pool.end();
     }

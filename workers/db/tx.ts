@@ -49,8 +49,8 @@ function ms(n: number): number {
 
 /**
  * Runs `fn` in one transaction on one connection. `begin` and the local timeouts travel in
- * the round trip of `fn`'s first statement (no session state: see db/pool.ts), so a
- * transaction of n statements costs n + 1 round trips (its commit). Retries only listed SQLSTATEs, and only while budget remains.
+ * the round trip of `fn`'s first statement when it has parameters (no session state: see
+ * db/pool.ts), so such a transaction of n statements costs n + 1 round trips (its commit). Retries only listed SQLSTATEs, and only while budget remains.
  */
 export async function withTx<T>(
   pool: Pool,
@@ -106,8 +106,9 @@ interface TxStart {
  * error anywhere in that exchange leaves it aborted, and `withTx` rolls it back as before.
  * Transaction-local only: through Neon's pooled endpoint (PgBouncer, transaction mode) the
  * server connection serves other clients once this transaction ends. The idle timeout ends a
- * transaction whose Worker died between statements. The first statement must be text with
- * optional values (a submittable or a callback there throws: nothing calls it that way).
+ * transaction whose Worker died between statements. Only a first statement with parameters
+ * (so one statement) carries them; one without gets the separate `begin` round trip. It must
+ * be text with optional values (a submittable or a callback there throws: nothing calls it so).
  */
 function beginWithFirstStatement(
   client: PoolClient,
@@ -124,13 +125,19 @@ function beginWithFirstStatement(
       (typeof config === 'object' &&
         config !== null &&
         typeof (config as { submit?: unknown }).submit !== 'function');
-    if (textual && callback === undefined && typeof values !== 'function')
-      return queryWithPrelude(client, beginPreludes(s), config as string | QueryConfig, values as unknown[]);
-    // Nothing here calls the first statement another way; were one added, it fails loudly
-    // rather than running outside the transaction.
-    throw new Error(
-      'withTx: the first statement must be text (with optional values), not a submittable or callback',
-    );
+    if (!textual || callback !== undefined || typeof values === 'function')
+      // Nothing here calls the first statement another way; were one added, it fails loudly
+      // rather than running outside the transaction.
+      throw new Error(
+        'withTx: the first statement must be text (with optional values), not a submittable or callback',
+      );
+    const params = (values as unknown[] | undefined) ?? (config as Partial<QueryConfig>).values;
+    // Parameters mean one statement (the extended protocol's rule), which the prelude needs.
+    // Text without them may hold several (`set local a = 1; set local b = 2`), which only the
+    // simple protocol runs: it gets its `begin` round trip of its own, as before.
+    if (params && params.length > 0)
+      return queryWithPrelude(client, beginPreludes(s), config as string | QueryConfig, params);
+    return client.query(beginSql(s)).then(() => client.query(config as string | QueryConfig));
   }) as PoolClient['query'];
   const wrapped = new Proxy(client, {
     get(target, prop) {
@@ -140,6 +147,13 @@ function beginWithFirstStatement(
     },
   });
   return { client: wrapped, begun: () => begun };
+}
+
+function beginSql(s: TxStart): string {
+  return (
+    `begin isolation level ${s.isolation}; set local statement_timeout = ${s.left}; ` +
+    `set local lock_timeout = ${s.lockMs}; set local idle_in_transaction_session_timeout = ${ms(s.left * 2)}`
+  );
 }
 
 function beginPreludes(s: TxStart): Prelude[] {
