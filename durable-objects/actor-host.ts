@@ -341,12 +341,28 @@ export class ActorHost extends DurableObject<Env> {
     report.recovered = recovered ?? 0;
     report.recoveredAt = recovered === null ? null : Date.now();
     report.handled = await drainInstance(pool, effectRegistry, instanceId, config);
-    report.checks = (await processRecoveryChecks(pool, instanceId, config)).size;
-    // Most pumps (an input that only moves the debounce timer) have no effect to run: one
-    // indexed read instead of registering, claiming and releasing a process for nothing.
-    if (await this.hasDueEffect(pool, instanceId)) await this.runEffects(pool, instanceId, config, report);
+    // Most pumps (an input that only moves the debounce timer) have no open recovery check and
+    // no effect to run: one indexed read for both instead of one each (and instead of
+    // registering, claiming and releasing a process for nothing). After answering checks the
+    // due effects are read again: an answer may have requeued one. A wake that comes after
+    // this read is another round of this pump (`again`); a run time reached after it, the alarm.
+    const work = await this.pendingWork(pool, instanceId);
+    if (work.checks) report.checks = (await processRecoveryChecks(pool, instanceId, config)).size;
+    if (work.checks ? await this.hasDueEffect(pool, instanceId) : work.due)
+      await this.runEffects(pool, instanceId, config, report);
     report.alarmAt = await this.nextAlarm(pool, instanceId, config, report.recoveredAt);
     return report;
+  }
+
+  /** Whether the instance has an open recovery check, and a due effect, in one read. */
+  private async pendingWork(pool: Pool, instanceId: string): Promise<{ checks: boolean; due: boolean }> {
+    const { rows } = await pool.query<{ checks: boolean; due: boolean }>(
+      `select exists (select 1 from effect_recovery_checks where origin_instance_id = $1 and outcome is null) as checks,
+              exists (select 1 from effects where origin_instance_id = $1 and status = 'pending'
+                         and run_at_ms <= (select app_now_ms())) as due`,
+      [instanceId],
+    );
+    return rows[0]!;
   }
 
   private async hasDueEffect(pool: Pool, instanceId: string): Promise<boolean> {

@@ -38,6 +38,17 @@ interface ConnStats {
    * after it, and the Typing Add then rides the same connection (its trips come after).
    */
   answerTrips: number;
+  /**
+   * WebSocket frames from the driver after the startup (the bridge's client callback runs once
+   * per WebSocket message: `ws` hands over whole messages), a Terminate-only frame not counted.
+   * The isolate pays a native `send` per frame, so frames per round trip above 1 is CPU spent
+   * on a message split apart (a Sync sent alone, coalesceWrites not coalescing).
+   */
+  frames: number;
+  /** Frames up to and including the one carrying the receipt insert (the answer's). */
+  answerFrames: number;
+  /** Each frame's messages, e.g. `P<select 1> B D E S` (BENCH_CHANNEL_FRAMES=1 prints the commonest). */
+  shapes: string[];
 }
 
 /** Who opened a connection, read from its first statement. */
@@ -54,7 +65,16 @@ async function countingBridge() {
   const conns: ConnStats[] = [];
   const bridge = await startBridge(0, '127.0.0.1', {
     onConnection: () => {
-      const stats: ConnStats = { webhook: false, trips: 0, startup: true, first: '', answerTrips: 0 };
+      const stats: ConnStats = {
+        webhook: false,
+        trips: 0,
+        startup: true,
+        first: '',
+        answerTrips: 0,
+        frames: 0,
+        answerFrames: 0,
+        shapes: [],
+      };
       conns.push(stats);
       let clientBuf = Buffer.alloc(0);
       let clientTyped = false;
@@ -62,6 +82,16 @@ async function countingBridge() {
       let sslPending = false;
       const client = (data: Buffer) => {
         clientBuf = Buffer.concat([clientBuf, data]);
+        // After the startup only (a frame of the startup exchange is its cost, reported as connect).
+        const counted = clientTyped && !stats.startup;
+        const shape: string[] = [];
+        parse(shape);
+        if (!counted || shape.join(' ') === 'X') return;
+        stats.frames++;
+        if (shape.includes('receipt')) stats.answerFrames = stats.frames;
+        stats.shapes.push(shape.filter((m) => m !== 'receipt').join(' '));
+      };
+      const parse = (shape: string[]) => {
         for (;;) {
           if (!clientTyped) {
             if (clientBuf.length < 8) return;
@@ -87,7 +117,17 @@ async function countingBridge() {
           if ((type === 'P' || type === 'Q') && clientBuf.subarray(5, len + 1).includes(RECEIPT_MARKER)) {
             stats.webhook = true;
             stats.answerTrips = stats.trips + 1;
+            shape.push('receipt');
           }
+          shape.push(
+            type === 'P' || type === 'Q'
+              ? `${type}<${clientBuf
+                  .subarray(type === 'P' ? 6 : 5, Math.min(len + 1, 60))
+                  .toString()
+                  .replace(/\s+/g, ' ')
+                  .slice(0, 36)}>`
+              : type,
+          );
           clientBuf = clientBuf.subarray(len + 1);
         }
       };
@@ -381,6 +421,8 @@ async function runVia(stack: BenchStack, endpoint: 'direct' | 'pgbouncer'): Prom
       const hooks = bridge.conns.slice(before).filter((c) => c.webhook);
       const trips = hooks.reduce((a, c) => a + c.answerTrips, 0);
       const afterTrips = hooks.reduce((a, c) => a + c.trips - c.answerTrips, 0);
+      const answerFrames = hooks.reduce((a, c) => a + c.answerFrames, 0);
+      const afterFrames = hooks.reduce((a, c) => a + c.frames - c.answerFrames, 0);
       rows.push({
         suite: 'channel',
         case: `webhook answer, ${concurrency} concurrent (signed+encrypted, ${chatLabel}${via})`,
@@ -390,6 +432,8 @@ async function runVia(stack: BenchStack, endpoint: 'direct' | 'pgbouncer'): Prom
         'db round trips/event': round(trips / Math.max(1, hooks.length)),
         'same-connection trips after answer/event': round(afterTrips / Math.max(1, hooks.length)),
         'connects/event': round(hooks.length / n),
+        'frames/round trip before answer': round(answerFrames / Math.max(1, trips)),
+        'frames/round trip after answer': round(afterFrames / Math.max(1, afterTrips)),
         failures: hook.failures,
         failed: hook.failed,
         'peak backends': `${peakBackends}/${maxConnections}`,
@@ -410,19 +454,36 @@ async function runVia(stack: BenchStack, endpoint: 'direct' | 'pgbouncer'): Prom
       after: await processRows(),
     });
     // Every connection the run opened, by who opened it (its first statement), per event.
-    const openers = new Map<string, number>();
+    // With their round trips and WebSocket frames (the isolate's CPU follows both: the
+    // driver's work per round trip, a native send per frame).
+    const openers = new Map<string, ConnStats[]>();
     for (const c of bridge.conns.slice(connsBefore)) {
-      const who = opener(c.first);
-      openers.set(who, (openers.get(who) ?? 0) + 1);
+      const who = c.webhook ? 'webhook answer (installation load)' : opener(c.first);
+      openers.set(who, [...(openers.get(who) ?? []), c]);
     }
     openers.delete('healthz'); // its own rows above
-    for (const [who, count] of [...openers].sort((a, b) => b[1] - a[1]))
+    for (const [who, conns] of [...openers].sort((a, b) => b[1].length - a[1].length)) {
+      const trips = conns.reduce((a, c) => a + c.trips, 0);
+      const frames = conns.reduce((a, c) => a + c.frames, 0);
       rows.push({
         suite: 'channel',
         case: `connections opened by ${who}, per event (whole run, turns included${via})`,
         n: events,
-        'connects/event': round(count / events),
+        'connects/event': round(conns.length / events),
+        'db round trips/event': round(trips / events),
+        'round trips/connection': round(trips / Math.max(1, conns.length)),
+        'frames/round trip': round(frames / Math.max(1, trips)),
       });
+      if (process.env.BENCH_CHANNEL_FRAMES) {
+        const shapes = new Map<string, number>();
+        for (const shape of conns.flatMap((c) => c.shapes)) shapes.set(shape, (shapes.get(shape) ?? 0) + 1);
+        const top = [...shapes]
+          .sort((a, b) => b[1] - a[1])
+          .slice(0, Number(process.env.BENCH_CHANNEL_FRAMES) || 12);
+        console.error(`frames of ${who} (${conns.length} connections):`);
+        for (const [shape, k] of top) console.error(`  ${k}\t${shape}`);
+      }
+    }
   } finally {
     sampling = false;
     await sampler.catch(() => undefined); // the row above reports; a late sampling error changes nothing

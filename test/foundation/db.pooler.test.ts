@@ -1,9 +1,10 @@
 import { env } from 'cloudflare:workers';
 import { Client } from '@neondatabase/serverless';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { openPool } from '../../workers/db/pool';
+import { oneShots, openPool } from '../../workers/db/pool';
 import { withTx } from '../../workers/db/tx';
 import { testPool } from '../helpers/db';
+import { countRoundTrips } from '../helpers/round-trips';
 import { opId, put, seedWorld, ticketFor } from '../reaction-tickets/helpers';
 
 /**
@@ -63,6 +64,28 @@ describe('statement budgets through a transaction pooler', () => {
     expect((await control.query('select 1 from pooler_rows')).rows).toHaveLength(0);
   });
 
+  it("oneShots runs each statement under its own budget, not the pool's, read at each call when a function", async () => {
+    const pool = appPool(15_000);
+    let statementMs = 200;
+    const q = oneShots(pool, () => ({ statementMs, lockMs: statementMs }));
+    try {
+      const slow = (sql: string) =>
+        q.query(sql).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      expect(await slow('select pg_sleep(3)')).toMatchObject({ code: '57014' });
+      statementMs = 2_000;
+      expect(await slow('select pg_sleep(0.4)')).toBeUndefined();
+      // Each call its own transaction: nothing of the budget stays on the server connection.
+      expect(
+        (await pool.query<{ t: string }>('select current_setting($1) as t', ['statement_timeout'])).rows,
+      ).toEqual([{ t: '15s' }]);
+    } finally {
+      await pool.end();
+    }
+  });
+
   it('withTx runs every statement under its budget: a longer one fails with 57014', async () => {
     const pool = appPool(15_000);
     try {
@@ -71,6 +94,59 @@ describe('statement budgets through a transaction pooler', () => {
         (e: unknown) => e,
       );
       expect(err).toMatchObject({ code: '57014' });
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('withTx sends its begin and budget with the first statement: n statements are n + 1 round trips, all in one transaction under the budget', async () => {
+    const pool = appPool(15_000);
+    try {
+      const trips = countRoundTrips(pool);
+      const seen = await withTx(
+        pool,
+        { budgetMs: 900, lockTimeoutMs: 300, isolation: 'repeatable read' },
+        async (c) => {
+          const first = await c.query<{ x: string; s: string; l: string; iso: string }>(
+            `select txid_current()::text as x, current_setting('statement_timeout') as s,
+                  current_setting('lock_timeout') as l, current_setting($1) as iso`,
+            ['transaction_isolation'],
+          );
+          const second = await c.query<{ x: string }>('select txid_current()::text as x');
+          return { ...first.rows[0]!, second: second.rows[0]!.x };
+        },
+      );
+      trips.stop();
+      expect(trips.texts).toHaveLength(3);
+      expect(trips.texts[0]).toMatch(/^begin; select txid_current/);
+      expect(trips.texts[2]).toBe('commit');
+      expect(seen.second).toBe(seen.x);
+      expect(seen.iso).toBe('repeatable read');
+      expect(seen.l).toBe('300ms');
+      // What was left of 900 ms at the first statement.
+      expect(Number.parseInt(seen.s, 10)).toBeGreaterThan(0);
+      expect(Number.parseInt(seen.s, 10)).toBeLessThanOrEqual(900);
+      // A transaction that failed at its first statement rolls back and runs nothing else.
+      await expect(
+        withTx(pool, { budgetMs: 900 }, async (c) => {
+          await c.query('insert into pooler_rows values ($1), ($1)', [5]);
+        }),
+      ).rejects.toMatchObject({ code: '23505' });
+      expect((await pool.query('select 1 from pooler_rows where id = 5')).rows).toEqual([]);
+      // A first statement without parameters may be several (simple protocol only): it gets
+      // its own begin round trip, and runs inside the transaction all the same.
+      const several = countRoundTrips(pool);
+      const local = await withTx(pool, { budgetMs: 900 }, async (c) => {
+        await c.query("set local work_mem = '8MB'; set local enable_seqscan = off");
+        const { rows } = await c.query<{ w: string; x: string }>(
+          "select current_setting('work_mem') as w, current_setting($1) as x",
+          ['enable_seqscan'],
+        );
+        return rows[0];
+      });
+      several.stop();
+      expect(local).toEqual({ w: '8MB', x: 'off' });
+      expect(several.texts).toHaveLength(4);
     } finally {
       await pool.end();
     }

@@ -154,6 +154,42 @@ describe('what each patch is for', () => {
     }
   });
 
+  it("driver.patch_prelude_begin: a `begin` among several preludes opens a transaction that outlives the exchange's Sync; the statement's rows are its own; an error there leaves it aborted for the caller's rollback", async () => {
+    const client = await control.connect();
+    const begin = (name: string) => [
+      { text: 'begin isolation level repeatable read', values: [] },
+      { text: SET_NAME, values: [name] },
+    ];
+    try {
+      const { writes, result } = await writesDuring(client, () =>
+        queryWithPrelude<QueryResult<{ iso: string; n: number }>>(
+          client,
+          begin('driver_begin'),
+          'insert into driver_internals_rows values (10) returning 10 as n, current_setting($1) as iso',
+          ['transaction_isolation'],
+        ),
+      );
+      expect(writes).toBe(1);
+      expect(result.rows).toEqual([{ n: 10, iso: 'repeatable read' }]);
+      // Still inside it: the prelude's local setting holds, and a rollback undoes the insert.
+      const inside = await client.query<{ name: string }>(
+        "select current_setting('application_name') as name",
+      );
+      expect(inside.rows[0]!.name).toBe('driver_begin');
+      await client.query('rollback');
+      expect((await client.query('select 1 from driver_internals_rows where id = 10')).rows).toEqual([]);
+      // An error in the statement: the transaction is aborted (25P02) until rolled back.
+      await expect(
+        queryWithPrelude(client, begin('x'), 'insert into driver_internals_rows values (11), (11)'),
+      ).rejects.toMatchObject({ code: '23505' });
+      await expect(client.query('select 1')).rejects.toMatchObject({ code: '25P02' });
+      await client.query('rollback');
+      expect((await client.query<{ n: number }>('select 1 as n')).rows).toEqual([{ n: 1 }]);
+    } finally {
+      client.release();
+    }
+  });
+
   it('driver.patch_prelude_errors: a failing prelude or statement rejects, rolls both back, and leaves the connection usable', async () => {
     const client = await control.connect();
     try {

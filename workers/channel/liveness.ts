@@ -3,7 +3,7 @@ import type { PoolClient } from '@neondatabase/serverless';
 /**
  * The engine's half of the revalidation after a successful Typing Add (the ledger checks its
  * own row: not settled, not terminal, installation present with the same App ID). One
- * statement, on the revalidation's own transaction and budget:
+ * statement, a one-shot on the revalidation's own budget (its own snapshot):
  * - the conversation still exists, belongs to the row's installation and is still in the
  *   input's context revision (a context reset ends every older input);
  * - the installation is still registered with the row's App ID, and not paused (an Add whose
@@ -38,9 +38,9 @@ select exists (
 
 /** `InputLiveCheck` for the typing ledger: is this exact input still waiting for its turn's end? */
 export async function isConversationInputLive(
-  tx: PoolClient,
+  q: Pick<PoolClient, 'query'>,
   input: { rowId: string; sessionId: string },
 ): Promise<boolean> {
-  const { rows } = await tx.query<{ live: boolean }>(INPUT_LIVE, [input.rowId, input.sessionId]);
+  const { rows } = await q.query<{ live: boolean }>(INPUT_LIVE, [input.rowId, input.sessionId]);
   return rows[0]?.live === true;
 }

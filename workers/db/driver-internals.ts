@@ -154,16 +154,17 @@ function oneWrite(connection: ProtocolConnection, write: () => void): void {
 }
 
 class PreludedQuery extends DriverQuery {
-  /** True until the prelude's CommandComplete: its rows are not the caller's. */
-  #preludePending = true;
+  /** Prelude statements whose CommandComplete has not come yet: their rows are not the caller's. */
+  #preludesPending: number;
 
   constructor(
-    private readonly prelude: Prelude,
+    readonly preludes: readonly Prelude[],
     config: string | QueryConfig,
     values: unknown[] | undefined,
     callback: (err: Error | null, result: QueryResult) => void,
   ) {
     super(config, values, callback);
+    this.#preludesPending = preludes.length;
   }
 
   submit(connection: ProtocolConnection): Error | null {
@@ -172,9 +173,11 @@ class PreludedQuery extends DriverQuery {
     // the one-shot cost 0.19 ms instead of 0.07 ms per `select 1` (Node, coalesceWrites off;
     // measured for bench/suites/51-pooler.ts).
     oneWrite(connection, () => {
-      connection.parse({ text: this.prelude.text, name: '', types: [] });
-      connection.bind({ portal: '', statement: '', values: this.prelude.values });
-      connection.execute({ portal: '', rows: 0 });
+      for (const prelude of this.preludes) {
+        connection.parse({ text: prelude.text, name: '', types: [] });
+        connection.bind({ portal: '', statement: '', values: prelude.values });
+        connection.execute({ portal: '', rows: 0 });
+      }
       // Always the extended protocol (a simple Query message would end the exchange with its
       // own ReadyForQuery); `prepare` adds Parse/Bind/Describe/Execute and the one Sync.
       this.prepare(connection);
@@ -183,29 +186,37 @@ class PreludedQuery extends DriverQuery {
   }
 
   override handleDataRow(msg: unknown): void {
-    if (!this.#preludePending) super.handleDataRow(msg);
+    if (this.#preludesPending === 0) super.handleDataRow(msg);
   }
 
   override handleCommandComplete(msg: unknown, connection: unknown): void {
-    if (this.#preludePending) this.#preludePending = false;
+    if (this.#preludesPending > 0) this.#preludesPending--;
     else super.handleCommandComplete(msg, connection);
   }
 }
 
+/** The prelude texts of a statement sent by `queryWithPrelude` (for a test's round-trip count), else none. */
+export function preludeTexts(query: unknown): string[] {
+  return query instanceof PreludedQuery ? query.preludes.map((p) => p.text) : [];
+}
+
 /**
- * Runs `prelude`, then the statement, in ONE extended-protocol exchange ending in ONE Sync
- * (so one implicit transaction) and one write: Parse/Bind/Execute of the prelude,
- * Parse/Bind/Describe/Execute of the statement, Sync. The result is the statement's alone; an
- * error in either rejects.
+ * Runs `prelude` (one statement, or several in order), then the statement, in ONE
+ * extended-protocol exchange ending in ONE Sync and one write: Parse/Bind/Execute of each
+ * prelude, Parse/Bind/Describe/Execute of the statement, Sync. Without a `begin` among the
+ * preludes that is one implicit transaction; a `begin` prelude opens an explicit one that
+ * stays open after the Sync (`withTx`). The result is the statement's alone; an error in any
+ * rejects.
  */
 export function queryWithPrelude<R extends QueryResult>(
   client: Pick<PoolClient, 'query'>,
-  prelude: Prelude,
+  prelude: Prelude | readonly Prelude[],
   config: string | QueryConfig,
   values?: unknown[],
 ): Promise<R> {
+  const preludes: readonly Prelude[] = 'text' in prelude ? [prelude] : prelude;
   return new Promise<R>((resolve, reject) => {
-    const query = new PreludedQuery(prelude, config, values, (err, result) =>
+    const query = new PreludedQuery(preludes, config, values, (err, result) =>
       err ? reject(err) : resolve(result as R),
     );
     // A submittable: the driver calls its callback, not a returned promise.

@@ -2,7 +2,7 @@ import { neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { log } from '../log';
 import { admitConnections, type QueryConfig, watchCheckedOutClients } from './driver-internals';
 import { type ConnectionPriority, isolateGate, type Permit } from './gate';
-import { queryWithBudget } from './one-shot';
+import { type OneShotBudget, queryWithBudget } from './one-shot';
 import { sqlState } from './tx';
 import { sendSafeWebSocket } from './websocket';
 
@@ -177,19 +177,33 @@ function logConnectionLoss(pool: Pool, life: PoolLife): void {
  * connection usable, so only a transport failure discards it.
  */
 function budgetOneShots(pool: Pool, statementTimeoutMs: number): void {
-  const budget = { statementMs: statementTimeoutMs, lockMs: statementTimeoutMs };
-  pool.query = (async (config: string | QueryConfig, values?: unknown[]) => {
+  pool.query = oneShots(pool, { statementMs: statementTimeoutMs, lockMs: statementTimeoutMs }).query;
+}
+
+/**
+ * A `query` whose every call is one one-shot statement on `pool` under `budget` (one-shot.ts:
+ * its statement_timeout and lock_timeout in the statement's own round trip), read at each call
+ * when a function (a deadline's remaining time). For a single statement that needs a budget
+ * other than the pool's: one round trip where `withTx` takes three (begin, statement, commit).
+ * Each call is its own transaction: never for statements that must commit together.
+ */
+export function oneShots(
+  pool: Pool,
+  budget: OneShotBudget | (() => OneShotBudget),
+): { query: Pool['query'] } {
+  const query = async (config: string | QueryConfig, values?: unknown[]) => {
     const client = await pool.connect();
     let broken: Error | undefined;
     try {
-      return await queryWithBudget(client, budget, config, values);
+      return await queryWithBudget(client, typeof budget === 'function' ? budget() : budget, config, values);
     } catch (err) {
       if (!sqlState(err)) broken = err as Error;
       throw err;
     } finally {
       client.release(broken);
     }
-  }) as typeof pool.query;
+  };
+  return { query: query as Pool['query'] };
 }
 
 /**

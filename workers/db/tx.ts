@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { type Clock, Deadline, systemClock } from '../clock';
 import { log } from '../log';
+import { type Prelude, type QueryConfig, queryWithPrelude } from './driver-internals';
 
 /**
  * Serialization failures, deadlocks and a server restart mid-transaction are safe to
@@ -48,7 +49,8 @@ function ms(n: number): number {
 
 /**
  * Runs `fn` in one transaction on one connection. `begin` and the local timeouts travel in
- * a single round trip (no session state: see db/pool.ts). Retries only listed SQLSTATEs, and only while budget remains.
+ * the round trip of `fn`'s first statement when it has parameters (no session state: see
+ * db/pool.ts), so such a transaction of n statements costs n + 1 round trips (its commit). Retries only listed SQLSTATEs, and only while budget remains.
  */
 export async function withTx<T>(
   pool: Pool,
@@ -60,19 +62,15 @@ export async function withTx<T>(
   for (let attempt = 1; ; attempt++) {
     const client = await pool.connect();
     let broken = false;
-    try {
+    const tx = beginWithFirstStatement(client, () => {
       const left = ms(deadline.remaining());
       const lockMs = ms(Math.min(opts.lockTimeoutMs ?? left, left));
-      // Transaction-local only: through Neon's pooled endpoint (PgBouncer, transaction mode)
-      // the server connection serves other clients once this transaction ends. The idle
-      // timeout ends a transaction whose Worker died between statements.
-      await client.query(
-        `begin isolation level ${opts.isolation ?? 'read committed'}; ` +
-          `set local statement_timeout = ${left}; set local lock_timeout = ${lockMs}; ` +
-          `set local idle_in_transaction_session_timeout = ${ms(left * 2)}`,
-      );
-      const result = await fn(client);
-      await client.query('commit');
+      return { isolation: opts.isolation ?? 'read committed', left, lockMs };
+    });
+    try {
+      const result = await fn(tx.client);
+      // Nothing sent, nothing to commit (fn ran no statement).
+      if (tx.begun()) await client.query('commit');
       return result;
     } catch (err) {
       await client.query('rollback').catch(() => {
@@ -89,6 +87,85 @@ export async function withTx<T>(
       client.release(broken);
     }
   }
+}
+
+/** What `begin` needs, read when the first statement goes out. */
+interface TxStart {
+  isolation: NonNullable<TxOptions['isolation']>;
+  /** statement_timeout (ms): what is left of the transaction's budget. */
+  left: number;
+  lockMs: number;
+}
+
+/**
+ * `client` for `fn`, with `begin` and the transaction's local timeouts sent in the round trip
+ * of its first statement instead of one of their own (db/driver-internals.ts
+ * `queryWithPrelude`): Parse/Bind/Execute of `begin isolation level ...` and of the
+ * `set_config(..., true)` settings, then the statement, one Sync. The `begin` opens an explicit
+ * transaction, so it stays open after that Sync, exactly as after a `begin` of its own; an
+ * error anywhere in that exchange leaves it aborted, and `withTx` rolls it back as before.
+ * Transaction-local only: through Neon's pooled endpoint (PgBouncer, transaction mode) the
+ * server connection serves other clients once this transaction ends. The idle timeout ends a
+ * transaction whose Worker died between statements. Only a first statement with parameters
+ * (so one statement) carries them; one without gets the separate `begin` round trip. It must
+ * be text with optional values (a submittable or a callback there throws: nothing calls it so).
+ */
+function beginWithFirstStatement(
+  client: PoolClient,
+  start: () => TxStart,
+): { client: PoolClient; begun(): boolean } {
+  let begun = false;
+  const query = ((...args: unknown[]) => {
+    if (begun) return (client.query as (...a: unknown[]) => unknown)(...args);
+    begun = true;
+    const [config, values, callback] = args;
+    const s = start();
+    const textual =
+      typeof config === 'string' ||
+      (typeof config === 'object' &&
+        config !== null &&
+        typeof (config as { submit?: unknown }).submit !== 'function');
+    if (!textual || callback !== undefined || typeof values === 'function')
+      // Nothing here calls the first statement another way; were one added, it fails loudly
+      // rather than running outside the transaction.
+      throw new Error(
+        'withTx: the first statement must be text (with optional values), not a submittable or callback',
+      );
+    const params = (values as unknown[] | undefined) ?? (config as Partial<QueryConfig>).values;
+    // Parameters mean one statement (the extended protocol's rule), which the prelude needs.
+    // Text without them may hold several (`set local a = 1; set local b = 2`), which only the
+    // simple protocol runs: it gets its `begin` round trip of its own, as before.
+    if (params && params.length > 0)
+      return queryWithPrelude(client, beginPreludes(s), config as string | QueryConfig, params);
+    return client.query(beginSql(s)).then(() => client.query(config as string | QueryConfig));
+  }) as PoolClient['query'];
+  const wrapped = new Proxy(client, {
+    get(target, prop) {
+      if (prop === 'query') return query;
+      const v = Reflect.get(target, prop, target) as unknown;
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  return { client: wrapped, begun: () => begun };
+}
+
+function beginSql(s: TxStart): string {
+  return (
+    `begin isolation level ${s.isolation}; set local statement_timeout = ${s.left}; ` +
+    `set local lock_timeout = ${s.lockMs}; set local idle_in_transaction_session_timeout = ${ms(s.left * 2)}`
+  );
+}
+
+function beginPreludes(s: TxStart): Prelude[] {
+  return [
+    { text: `begin isolation level ${s.isolation}`, values: [] },
+    {
+      text:
+        "select set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true), " +
+        "set_config('idle_in_transaction_session_timeout', $3, true)",
+      values: [String(s.left), String(s.lockMs), String(ms(s.left * 2))],
+    },
+  ];
 }
 
 /** Database wall time, shifted by the test clock when a test database enables it. */

@@ -87,6 +87,66 @@ export async function loadInstance(q: Queryable, instanceId: string): Promise<In
   return rows[0] ?? null;
 }
 
+/** What a delivery step reads before it runs a handler (`nextDelivery`). */
+export interface NextDelivery {
+  inst: InstanceRow;
+  /** The oldest available pending message, if any. */
+  msg: MailboxRow | undefined;
+  /** Database time (ms) the message's availability was judged at: the handler's `nowMs`. */
+  nowMs: number;
+}
+
+/**
+ * The instance, its oldest available message and the database's now, in ONE statement (one
+ * round trip, one snapshot; they were three: the drain step's reads were most of an actor
+ * host's round trips, bench/suites/50-channel.ts). Null when the instance does not exist.
+ * The message's availability and a timer's due-ness are judged at the same now.
+ */
+export async function nextDelivery(q: Queryable, instanceId: string): Promise<NextDelivery | null> {
+  const { rows } = await q.query<
+    InstanceRow & {
+      now: string;
+      m_id: string | null;
+      m_message_key: string;
+      m_payload: unknown;
+      m_attempts: number;
+    }
+  >(
+    `with clock as (select app_now_ms() as now)
+     select i.id, i.actor_type, i.actor_key, i.state, i.revision, i.wake_at_ms, clock.now,
+            m.id as m_id, m.message_key as m_message_key, m.payload as m_payload, m.attempts as m_attempts
+       from actor_instances i
+      cross join clock
+       left join lateral (
+         select id, message_key, payload, attempts from actor_mailbox
+          where instance_id = i.id and state = 'pending' and available_at_ms <= clock.now
+          order by id limit 1) m on true
+      where i.id = $1`,
+    [instanceId],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  const inst: InstanceRow = {
+    id: row.id,
+    actor_type: row.actor_type,
+    actor_key: row.actor_key,
+    state: row.state,
+    revision: row.revision,
+    wake_at_ms: row.wake_at_ms,
+  };
+  const msg: MailboxRow | undefined =
+    row.m_id === null
+      ? undefined
+      : {
+          id: row.m_id,
+          instance_id: row.id,
+          message_key: row.m_message_key,
+          payload: row.m_payload,
+          attempts: row.m_attempts,
+        };
+  return { inst, msg, nowMs: Number(row.now) };
+}
+
 /**
  * Application enqueue, meant to run inside the application's own transaction (e.g. the
  * webhook records its input and the message together, then wakes the host after commit).

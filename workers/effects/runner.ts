@@ -6,7 +6,7 @@ import { withTimeout } from '../lib/timeout';
 import { log } from '../log';
 import { commitActor } from './commit';
 import { EffectStage } from './emit';
-import { loadInstance, pendingMessages, recordFailedDelivery } from './mailbox';
+import { nextDelivery, recordFailedDelivery } from './mailbox';
 import { ownHandle, requestEffectRecovery } from './recovery';
 import type { ActorEvent, ActorType, EffectRegistry } from './registry';
 import { claimEffects, completeEffects, failEffects } from './scheduler';
@@ -15,6 +15,8 @@ import {
   DEFAULT_MAILBOX_MAX_ATTEMPTS,
   type EffectHandle,
   type EffectRuntimeConfig,
+  type InstanceRow,
+  type MailboxRow,
 } from './types';
 
 export interface DrainStepResult {
@@ -51,13 +53,12 @@ export async function drainStep(
   config: EffectRuntimeConfig,
 ): Promise<DrainStepResult> {
   for (let attempt = 1; ; attempt++) {
-    const inst = await loadInstance(pool, instanceId);
-    if (!inst) return { handled: false, effects: [], checkRequestIds: [] };
+    // One round trip: the instance, its oldest available message and the database's now.
+    const next = await nextDelivery(pool, instanceId);
+    if (!next) return { handled: false, effects: [], checkRequestIds: [] };
+    const { inst, msg, nowMs } = next;
     const actor = registry.actor(inst.actor_type);
     if (!actor) throw new AppError('internal_error', `no actor type registered for ${inst.actor_type}`);
-    const [msg] = await pendingMessages(pool, instanceId, 1);
-    const { rows } = await pool.query<{ now: string }>('select app_now_ms() as now');
-    const nowMs = Number(rows[0]!.now);
     const event = nextEvent(msg, inst, nowMs);
     if (!event) return { handled: false, effects: [], checkRequestIds: [] };
     // Written by a newer release than this one reads: refused before the handler sees it (never
@@ -101,8 +102,8 @@ export async function drainStep(
   }
 }
 
-type Instance = NonNullable<Awaited<ReturnType<typeof loadInstance>>>;
-type PendingMessage = Awaited<ReturnType<typeof pendingMessages>>[number];
+type Instance = InstanceRow;
+type PendingMessage = MailboxRow;
 
 /** The oldest available message, else a due timer, else nothing to deliver. */
 function nextEvent(msg: PendingMessage | undefined, inst: Instance, nowMs: number): ActorEvent | null {

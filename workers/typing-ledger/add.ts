@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from '@neondatabase/serverless';
 import { Deadline } from '../clock';
+import { oneShots } from '../db/pool';
 import { withTx } from '../db/tx';
 import { CREDENTIAL_CODES, LarkApiError, provesNothingApplied } from '../lark/errors';
 import { log } from '../log';
@@ -14,12 +15,12 @@ import {
   scheduleWithdrawal,
   type WithdrawFailure,
 } from './store';
-import { ADD_BUDGET_MS, RECORD_BUDGET_MS, REVALIDATE_BUDGET_MS, TYPING_EMOJI } from './types';
+import { ADD_BUDGET_MS, type Q, RECORD_BUDGET_MS, REVALIDATE_BUDGET_MS, TYPING_EMOJI } from './types';
 import { errorName } from './withdraw';
 
 /** The engine's view of one input: is its turn still running and its conversation active? */
 export type InputLiveCheck = (
-  tx: PoolClient,
+  q: Pick<PoolClient, 'query'>,
   input: { rowId: string; sessionId: string },
 ) => Promise<boolean>;
 
@@ -75,7 +76,10 @@ export async function addTypingBadge(
       { baseUrl: inst.apiBase, appId: inst.appId, appSecret: inst.appSecret },
       opts.fetch,
     ),
-    write: (fn) => withTx(pool, { budgetMs: recordBudgetMs, maxAttempts: 1 }, fn),
+    // Every write here is ONE statement (recordAdded, recordCleaned, scheduleRetry,
+    // scheduleWithdrawal): a one-shot under the record budget, one round trip where a
+    // transaction took three (begin, statement, commit) on the webhook's connection.
+    write: (fn) => fn(oneShots(pool, { statementMs: recordBudgetMs, lockMs: recordBudgetMs })),
   };
   const sent = await sendAdd(add, opts);
   if ('outcome' in sent) return sent.outcome;
@@ -100,7 +104,8 @@ interface AddRun {
   reg: Extract<Registration, { kind: 'registered' }>;
   recordBudgetMs: number;
   client: ReturnType<typeof ledgerClient>;
-  write: <T>(fn: (tx: PoolClient) => Promise<T>) => Promise<T>;
+  /** Runs `fn`'s ONE statement under the record budget (each query is its own transaction). */
+  write: <T>(fn: (q: Q) => Promise<T>) => Promise<T>;
 }
 
 /**
@@ -280,25 +285,22 @@ const withdrawError = (o: NowOutcome) =>
  * active). A failing check counts as "ended": a stray badge is worse than a missing one.
  */
 async function stillLive(pool: Pool, reg: Extract<Registration, { kind: 'registered' }>, opts: AddOptions) {
+  // Two reads, each its own one-shot, both within the one budget: under read committed a
+  // transaction around them gave no common snapshot (each statement takes its own) and cost
+  // two more round trips (begin, commit). Neither read locks anything.
+  const deadline = new Deadline(opts.revalidateBudgetMs ?? REVALIDATE_BUDGET_MS);
+  const q = oneShots(pool, () => ({ statementMs: deadline.remaining(), lockMs: deadline.remaining() }));
   try {
-    return await withTx(
-      pool,
-      { budgetMs: opts.revalidateBudgetMs ?? REVALIDATE_BUDGET_MS, maxAttempts: 1 },
-      async (tx) => {
-        const { rows } = await tx.query<{ live: boolean; session_id: string }>(
-          `select r.session_id,
-           (r.settled_at is null and r.cleaned_at is null and r.abandoned_at is null
-            and exists (select 1 from lark_installations i where i.id = r.installation_id and i.app_id = r.app_id)) as live
-         from channel_typing_reaction r where r.id = $1`,
-          [reg.id],
-        );
-        const row = rows[0];
-        if (!row?.live) return false;
-        return opts.isInputLive
-          ? await opts.isInputLive(tx, { rowId: reg.id, sessionId: row.session_id })
-          : true;
-      },
+    const { rows } = await q.query<{ live: boolean; session_id: string }>(
+      `select r.session_id,
+       (r.settled_at is null and r.cleaned_at is null and r.abandoned_at is null
+        and exists (select 1 from lark_installations i where i.id = r.installation_id and i.app_id = r.app_id)) as live
+     from channel_typing_reaction r where r.id = $1`,
+      [reg.id],
     );
+    const row = rows[0];
+    if (!row?.live) return false;
+    return opts.isInputLive ? await opts.isInputLive(q, { rowId: reg.id, sessionId: row.session_id }) : true;
   } catch (err) {
     log.warn('typing_revalidation_failed', { rowId: reg.id, error: err });
     return false;
