@@ -62,21 +62,12 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
     async run(effect: ClaimedEffect, signal: AbortSignal, ctx?: EffectRunContext): Promise<ReplyResult> {
       const args = effect.args as ReplyArgs;
       const config = deps.config();
-      const { installation, pastDedup, replyMode } = await onPool(config, ctx?.pool, async (pool) => ({
-        installation: await loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
-        // Any later run of the turn (a replacement, or a run retried after a rate-limit hold:
-        // both carry the turn's delivery key) ends once the turn is past its deadline.
-        pastDedup: args.deliveryKey !== null && (await turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
-        replyMode: await turnReplyMode(
-          pool,
-          args,
-          (await readSettings(pool, args.session.installationId)).reply_mode,
-        ),
-      }));
+      const db = <T>(use: (q: Pool) => Promise<T>) => onPool(config, ctx?.pool, use);
+      const { installation, pastDedup, replyMode } = await db((pool) => readTurnContext(pool, config, args));
       if (!installation) return { outcome: 'failed', replyMessageId: null, reason: 'installation_gone' };
       const app = { apiBase: installation.apiBase, appId: installation.appId };
       const gate = <T>(use: (g: ReturnType<typeof durableRateGate>) => Promise<T>) =>
-        onPool(config, ctx?.pool, (pool) => use(durableRateGate(pool, app)));
+        db((pool) => use(durableRateGate(pool, app)));
       // The reply route honours Lark's 429 holds as the reaction routes do: while one is
       // recorded, the agent is not asked and nothing is sent. The turn tries again at the
       // reset with the turn's delivery key, so that run meets the deadline check above.
@@ -84,49 +75,62 @@ export function replyExecutor(deps: ChannelDeps): EffectExecutor {
       if (heldMs > 0) return held(args, heldMs);
       // Every input recalled already (and no earlier generation claimed the post): the agent
       // is not asked. The decision that counts is the claim right before the post, below.
-      const claim = () => onPool(config, ctx?.pool, (pool) => claimReplyPost(pool, args));
-      if (await onPool(config, ctx?.pool, (pool) => recalledBeforeAsking(pool, args))) return recalled(args);
-      // A recalled input is not shown to the agent (its user took it back); the others are.
-      const gone = await onPool(config, ctx?.pool, (pool) => recalledInputs(pool, args));
-      const shown =
-        gone.size === 0 ? args : { ...args, inputs: args.inputs.filter((i) => !gone.has(i.messageId)) };
-      const ask = agentAsker(config, deps, shown, signal);
+      if (await db((pool) => recalledBeforeAsking(pool, args))) return recalled(args);
+      const ask = agentAsker(config, deps, await db((pool) => shownToAgent(pool, args)), signal);
       const lark = replyClient(deps, config, installation, gate, ctx);
+      const claim = () => db((pool) => claimReplyPost(pool, args));
+      const uuid = deliveryUuid(args, effect.id);
       let text: string | null = null;
       if (replyMode === 'card_stream') {
         // A card is posted as the agent starts answering (card-reply.ts): the claim comes first.
         const claimed = await claim();
         if (claimed.kind === 'recalled') return recalled(args);
-        const result = await cardReply({
-          args: { ...args, anchorMessageId: claimed.anchorMessageId },
-          lark,
-          db: (use) => onPool(config, ctx?.pool, use),
-          uuid: deliveryUuid(args, effect.id),
-          pastDedup,
-          signal,
-          ask,
-        });
+        const anchored = { ...args, anchorMessageId: claimed.anchorMessageId };
+        const result = await cardReply({ args: anchored, lark, db, uuid, pastDedup, signal, ask });
         if (!('fallbackText' in result)) return result;
         text = result.fallbackText;
       }
       // At most one reply per turn outranks an answer: an earlier generation may have posted,
       // and Lark's uuid dedup no longer covers it (found by the chaos run after an outage).
-      if (pastDedup) {
-        log.warn('channel_reply_past_dedup_window', {
-          sessionId: args.sessionId,
-          turnNo: args.turnNo,
-          generation: args.generation,
-        });
-        return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
-      }
+      if (pastDedup) return pastDedupWindow(args);
       text ??= (await ask()).text;
       // The post decision, under the turn row's lock against a racing recall (reply-claim.ts):
       // it also names the anchor, the newest input not recalled.
       const claimed = await claim();
       if (claimed.kind === 'recalled') return recalled(args);
-      return postText(lark, claimed.anchorMessageId, args, text, deliveryUuid(args, effect.id), signal);
+      return postText(lark, claimed.anchorMessageId, args, text, uuid, signal);
     },
   };
+}
+
+/** What a reply run reads before it acts: the installation, the uuid window, the reply mode. */
+async function readTurnContext(pool: Pool, config: Config, args: ReplyArgs) {
+  return {
+    installation: await loadInstallation(pool, config.SECRET_KEYS, args.session.installationId),
+    // Any later run of the turn (a replacement, or a run retried after a rate-limit hold:
+    // both carry the turn's delivery key) ends once the turn is past its deadline.
+    pastDedup: args.deliveryKey !== null && (await turnOlderThan(pool, args, REPLY_UUID_SAFE_MS)),
+    replyMode: await turnReplyMode(
+      pool,
+      args,
+      (await readSettings(pool, args.session.installationId)).reply_mode,
+    ),
+  };
+}
+
+/** The turn as the agent sees it: a recalled input is not shown (its user took it back). */
+async function shownToAgent(pool: Pool, args: ReplyArgs): Promise<ReplyArgs> {
+  const gone = await recalledInputs(pool, args);
+  return gone.size === 0 ? args : { ...args, inputs: args.inputs.filter((i) => !gone.has(i.messageId)) };
+}
+
+function pastDedupWindow(args: ReplyArgs): ReplyResult {
+  log.warn('channel_reply_past_dedup_window', {
+    sessionId: args.sessionId,
+    turnNo: args.turnNo,
+    generation: args.generation,
+  });
+  return { outcome: 'failed', replyMessageId: null, reason: 'uuid_window_passed' };
 }
 
 /** Asks the turn's agent, within AGENT_TIMEOUT_MS; `onText` sees a streamed answer grow. */
