@@ -15,7 +15,6 @@ import {
 } from '../../workers/typing-ledger';
 import { runMaintenancePasses } from '../../workers/typing-ledger/maintenance-passes';
 import { runRemoteRetry } from '../../workers/typing-ledger/passes/retry';
-import { holdRows } from '../effects/row-locks';
 import { advanceDbClock, blockedBehind, setDbClockOffset, testPool, uid } from '../helpers/db';
 import { captureLogLines } from '../helpers/logs';
 import { emu, releaseHeld, untilHeld } from '../lark/helpers';
@@ -353,17 +352,20 @@ describe('hole 6: a refused Add whose first write fails', () => {
     const m = await newMessage();
     const r = await register(pool, inst, { sessionId: uid('s'), messageId: m, position: 1 });
     const id = registeredId(r);
-    // The first write runs out of its budget on a row lock; the lock goes once it has failed.
-    const holder = await holdRows(pool, held, [['channel_typing_reaction', id]]);
+    // The first write of the refusal fails, the next one does not: forced by a trigger that
+    // refuses this row's `not_added` write once (a sequence counts, which a rollback keeps),
+    // not by a lock released in time for the retry (on a loaded machine the retry's own
+    // 300 ms ran out before the release and the test failed without any defect).
+    await failFirstNotAddedWrite(id);
     await emu('faults', { route: 'reactions.create', kind: '429', resetSeconds: 1 });
     const logs = captureLogLines();
     const adding = addTypingBadge(pool, r, { recordBudgetMs: 300 });
     try {
-      await blockedBehind(pool, holder.pid);
-      await until(() => logs.events('typing_add_record_failed').length > 0);
+      await adding;
     } finally {
-      await holder.release();
+      await pool.query('drop trigger fail_first_not_added on channel_typing_reaction');
     }
+    expect(logs.events('typing_add_record_failed')).toHaveLength(1);
     expect(await adding.finally(logs.restore)).toBe('not_added');
     expect(await row(pool, id)).toMatchObject({
       add_state: 'not_added',
@@ -373,6 +375,29 @@ describe('hole 6: a refused Add whose first write fails', () => {
     });
   });
 });
+
+/** Makes the first `not_added` write of row `id` fail (an exception in a trigger), and only the first. */
+async function failFirstNotAddedWrite(id: string): Promise<void> {
+  await pool.query('drop sequence if exists fail_first_not_added_seq');
+  await pool.query('create sequence fail_first_not_added_seq');
+  await pool.query(
+    `create or replace function fail_first_not_added() returns trigger language plpgsql as $$
+     begin
+       if new.id = tg_argv[0] and new.add_state = 'not_added' and nextval('fail_first_not_added_seq') = 1 then
+         raise exception 'forced: the first write of this refusal fails';
+       end if;
+       return new;
+     end $$`,
+  );
+  await pool.query(
+    `create trigger fail_first_not_added before update on channel_typing_reaction
+       for each row execute function fail_first_not_added(${pgLiteral(id)})`,
+  );
+}
+
+function pgLiteral(s: string): string {
+  return `'${s.replaceAll("'", "''")}'`;
+}
 
 /** Resolves once backend `pid` has waited on a lock for `ms` (Postgres's clock), polling. */
 async function waitingFor(pid: number, ms: number): Promise<void> {
