@@ -376,14 +376,20 @@ describe('hole 6: a refused Add whose first write fails', () => {
   });
 });
 
-/** Makes the first `not_added` write of row `id` fail (an exception in a trigger), and only the first. */
+/**
+ * Makes the first `not_added` write of row `id` fail (an exception in a trigger), and only the
+ * first. The row is named in a table, so the id goes in as a parameter.
+ */
 async function failFirstNotAddedWrite(id: string): Promise<void> {
   await pool.query('drop sequence if exists fail_first_not_added_seq');
   await pool.query('create sequence fail_first_not_added_seq');
+  await pool.query('create table if not exists fail_first_not_added_rows (id text primary key)');
+  await pool.query('insert into fail_first_not_added_rows (id) values ($1)', [id]);
   await pool.query(
     `create or replace function fail_first_not_added() returns trigger language plpgsql as $$
      begin
-       if new.id = tg_argv[0] and new.add_state = 'not_added' and nextval('fail_first_not_added_seq') = 1 then
+       if new.add_state = 'not_added' and exists (select 1 from fail_first_not_added_rows f where f.id = new.id)
+          and nextval('fail_first_not_added_seq') = 1 then
          raise exception 'forced: the first write of this refusal fails';
        end if;
        return new;
@@ -391,12 +397,8 @@ async function failFirstNotAddedWrite(id: string): Promise<void> {
   );
   await pool.query(
     `create trigger fail_first_not_added before update on channel_typing_reaction
-       for each row execute function fail_first_not_added(${pgLiteral(id)})`,
+       for each row execute function fail_first_not_added()`,
   );
-}
-
-function pgLiteral(s: string): string {
-  return `'${s.replaceAll("'", "''")}'`;
 }
 
 /** Resolves once backend `pid` has waited on a lock for `ms` (Postgres's clock), polling. */
