@@ -5,6 +5,7 @@
 // client-observed ms per statement kind), then prints explain (analyze, buffers) of one claim
 // and one completion of 100.
 import type { Pool } from '@neondatabase/serverless';
+import { uuidv7Sql } from '../../scripts/lib/effect-ids';
 import { registerProcess } from '../../workers/effects/processes';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
 import { startBenchStack } from '../lib/stack';
@@ -21,7 +22,7 @@ try {
   const load = async (k: number) => {
     await setup.query(
       `insert into effects (id, origin_instance_id, kind, args)
-       select gen_random_uuid(), 'bench:' || (g % 200), 'noop', '{}'::jsonb from generate_series(1, $1) g`,
+       select ${uuidv7Sql('app_now_ms() + g')}, 'bench:' || (g % 200), 'noop', '{}'::jsonb from generate_series(1, $1) g`,
       [k],
     );
     await setup.query(

@@ -9,6 +9,7 @@
 import type { Pool } from '@neondatabase/serverless';
 import { Logger, run as runGraphile, runMigrations } from 'graphile-worker';
 import type pg from 'pg';
+import { uuidv7Sql } from '../../scripts/lib/effect-ids';
 import { registerProcess } from '../../workers/effects/processes';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
 import { type BenchStack, startBenchStack } from '../lib/stack';
@@ -18,6 +19,8 @@ const N = Number(process.argv[3] ?? 20_000);
 const BATCH = 100;
 const WORKERS = 4;
 const quiet = new Logger(() => () => undefined);
+// PROBE_IDS=v4: random effect ids instead of production's time-ordered ones (scripts/lib/effect-ids.ts).
+const PROBE_IDS = process.env.PROBE_IDS ?? 'v7';
 
 type Counters = Record<string, number>;
 
@@ -77,7 +80,8 @@ async function sampleWaits(q: pg.Pool, exclude: number[], stop: () => boolean) {
 async function preloadOurs(setup: pg.Pool) {
   await setup.query(
     `insert into effects (id, origin_instance_id, kind, args)
-     select gen_random_uuid(), 'bench:' || (g % 200), 'noop', '{}'::jsonb from generate_series(1, $1) g`,
+     select ${PROBE_IDS === 'v4' ? 'gen_random_uuid()' : uuidv7Sql('app_now_ms() + g')}, 'bench:' || (g % 200), 'noop', '{}'::jsonb
+       from generate_series(1, $1) g`,
     [N],
   );
   await setup.query(
@@ -166,7 +170,7 @@ try {
   const monitor = stack.pg(1);
   const { rows: v } = await setup.query('show server_version');
   console.log(
-    `server ${v[0].server_version}, ${N} per drain, ${rounds} rounds, load ${(await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').trim()}`,
+    `server ${v[0].server_version}, ids ${PROBE_IDS}, ${N} per drain, ${rounds} rounds, load ${(await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').trim()}`,
   );
   await setup.query(
     `insert into actor_instances (id, actor_type, actor_key)

@@ -1,5 +1,6 @@
 import type { Pool } from '@neondatabase/serverless';
 import { Logger, run as runGraphile, runMigrations } from 'graphile-worker';
+import { uuidv7Sql } from '../../scripts/lib/effect-ids';
 import { withTx } from '../../workers/db/tx';
 import { commitActor } from '../../workers/effects/commit';
 import { EffectStage } from '../../workers/effects/emit';
@@ -26,7 +27,7 @@ const config = effectConfig({ staleAfterMs: 30_000, claimScanLimit: 100 });
 async function preload(pool: Pool, n: number, status: 'pending' | 'completed') {
   await pool.query(
     `insert into effects (id, origin_instance_id, kind, args, status, finished_at_ms)
-     select gen_random_uuid(), 'bench:' || (g % ${INSTANCES}), 'noop', '{}'::jsonb, $2,
+     select ${uuidv7Sql('app_now_ms() + g')}, 'bench:' || (g % ${INSTANCES}), 'noop', '{}'::jsonb, $2,
             case when $2 = 'completed' then app_now_ms() end
        from generate_series(1, $1) g`,
     [n, status],
@@ -195,7 +196,7 @@ async function staleChecks(pool: Pool, instanceId: string, n: number) {
   const dead = await registerProcess(pool, 'bench-dead-batch');
   await pool.query(
     `insert into effects (id, origin_instance_id, kind, args, status, locked_by, locked_at_ms)
-     select gen_random_uuid(), $1, 'noop', '{}'::jsonb, 'processing', $2, app_now_ms() from generate_series(1, $3)`,
+     select ${uuidv7Sql('app_now_ms() + g')}, $1, 'noop', '{}'::jsonb, 'processing', $2, app_now_ms() from generate_series(1, $3) g`,
     [instanceId, dead, n],
   );
   await pool.query(

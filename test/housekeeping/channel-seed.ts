@@ -1,5 +1,6 @@
 import type { Pool } from '@neondatabase/serverless';
 import { afterAll } from 'vitest';
+import { newEffectId } from '../../workers/effects/ids';
 import { testPool, uid } from '../helpers/db';
 
 /** Direct seeding of channel-engine rows, with ages relative to app_now(). */
@@ -56,7 +57,7 @@ export class ChannelSeed {
     first: number,
     cutoff: number,
     settledDays: number | null,
-    effectId: string = crypto.randomUUID(),
+    effectId: string = newEffectId(),
   ): Promise<void> {
     await this.pool.query(
       `insert into channel_turns
@@ -98,7 +99,7 @@ export class ChannelSeed {
     );
   }
 
-  async effect(sessionId: string, status: 'pending' | 'completed', id: string = crypto.randomUUID()) {
+  async effect(sessionId: string, status: 'pending' | 'completed', id: string = newEffectId()) {
     await this.pool.query(
       `insert into effects (id, origin_instance_id, kind, status, finished_at_ms)
        values ($1, $2, 'channel.reply', $3, case when $3 = 'completed' then app_now_ms() end)`,

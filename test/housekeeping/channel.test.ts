@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { newEffectId } from '../../workers/effects/ids';
 import { channelSeeds, existing } from './channel-seed';
 import { runSteps } from './helpers';
 
@@ -19,7 +20,7 @@ describe('channel_turns retention', () => {
     await seed.turn(s, 1, 1, 2, 8); // old terminal: deleted
     await seed.turn(s, 2, 3, 3, 1); // recent terminal: kept
     await seed.turn(s, 3, 4, 4, null); // running (no outcome) for 10 days: kept
-    const pendingEffect = crypto.randomUUID();
+    const pendingEffect = newEffectId();
     await seed.effect(s, 'pending', pendingEffect);
     await seed.turn(s, 4, 5, 5, 8, pendingEffect); // its effect is still pending: kept
     const live = await seed.conversation();

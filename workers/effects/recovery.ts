@@ -390,19 +390,31 @@ export async function pruneExpiredBindings(q: Queryable, batch = 1000): Promise<
 }
 
 /**
- * Deletes terminal effects past retention (bindings stay), one bounded batch. `picked` uses the
- * finished index; `locked` takes those rows in ID order, the order every other effect lock
- * uses (effect-recovery.md). Terminal states are final, so the pick needs no re-check.
+ * How far an ID's staging time (the emitting Worker's clock, workers/effects/ids.ts) may run
+ * ahead of the database clock that stamps `finished_at_ms`. An effect staged that far ahead is
+ * pruned later by the difference, never early: the bound only narrows the scan.
  */
+export const PRUNE_ID_CLOCK_MARGIN_MS = 60_000;
+
+/**
+ * Deletes terminal effects past retention (bindings stay), one bounded batch, $1 retention ms,
+ * $2 batch, $3 the clock margin. It reads the primary key in ID order, which is the order every
+ * other effect lock uses (effect-recovery.md), and locks as it reads. No index follows
+ * `finished_at_ms` (migrations/0260): an effect finishes after it is staged, so one finished
+ * before the cutoff has an ID below the cutoff's (UUIDv7: 48 bits of staging milliseconds
+ * first, `effects_id_v7`), and the scan stops there. What it reads and keeps are the effects
+ * staged before the cutoff that are not done yet (delayed up to a week, or retrying) or
+ * finished since: a backlog, not the table. Terminal states are final, so no re-check.
+ */
+export const PRUNE_EFFECTS_SQL = `with locked as (
+       select id from effects
+        where id < (select encode(substring(int8send(app_now_ms() - $1::bigint + $3::bigint) from 3)
+                                  || '\\x00000000000000000000'::bytea, 'hex')::uuid)
+          and status in ('completed', 'dead') and finished_at_ms < (select app_now_ms()) - $1::bigint
+        order by id limit $2 for update)
+     delete from effects where id = any(array(select id from locked))`;
+
 export async function pruneEffects(q: Queryable, retentionMs: number, batch = 1000): Promise<number> {
-  const res = await q.query(
-    `with picked as (
-       select id from effects where status in ('completed', 'dead')
-          and finished_at_ms < (select app_now_ms()) - $1::bigint limit $2),
-     locked as (
-       select id from effects where id = any(array(select id from picked)) order by id for update)
-     delete from effects e using locked where e.id = locked.id`,
-    [retentionMs, batch],
-  );
+  const res = await q.query(PRUNE_EFFECTS_SQL, [retentionMs, batch, PRUNE_ID_CLOCK_MARGIN_MS]);
   return res.rowCount ?? 0;
 }

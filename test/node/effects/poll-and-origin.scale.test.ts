@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, expect, inject, it } from 'vitest';
+import { uuidv7Sql } from '../../../scripts/lib/effect-ids';
 import { migrate } from '../../../scripts/lib/migrator';
 import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
 import { INSTANCES_WITH_WORK_SQL } from '../../../workers/effects/mailbox';
@@ -35,13 +36,13 @@ beforeAll(async () => {
   // 40,000 finished ones kept for retention.
   await pool.query(
     `insert into effects (id, origin_instance_id, kind, status, locked_by, locked_at_ms, attempts)
-     select gen_random_uuid(), 'scale:' || (g % 1200), 'noop', 'processing',
+     select ${uuidv7Sql('app_now_ms() - 100000 + g')}, 'scale:' || (g % 1200), 'noop', 'processing',
             ($1::bigint[])[1 + g % 40], app_now_ms(), 1
        from generate_series(1, 12000) g`,
     [owners],
   );
   await pool.query(`insert into effects (id, origin_instance_id, kind, status, finished_at_ms)
-                    select gen_random_uuid(), 'scale:' || (g % 1200), 'noop', 'completed', app_now_ms()
+                    select ${uuidv7Sql('app_now_ms() - 50000 + g')}, 'scale:' || (g % 1200), 'noop', 'completed', app_now_ms()
                       from generate_series(1, 40000) g`);
   // Mailbox: 60,000 delivered, 3,000 pending not yet due (delayed), 200 pending due.
   await pool.query(`insert into actor_mailbox (instance_id, message_key, payload, state, delivered_at_ms)

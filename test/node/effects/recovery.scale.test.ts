@@ -1,6 +1,7 @@
 import type { Pool } from '@neondatabase/serverless';
 import pg from 'pg';
 import { afterAll, expect, inject, it } from 'vitest';
+import { uuidv7Sql } from '../../../scripts/lib/effect-ids';
 import { migrate } from '../../../scripts/lib/migrator';
 import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
 import { INSTANCES_WITH_WORK_SQL } from '../../../workers/effects/mailbox';
@@ -37,7 +38,7 @@ it('the recovery pass reads only work in flight: no scan of a 200k-row effects t
   await pool.query(`insert into actor_instances (id, actor_type, actor_key)
                     select 'scale:' || g, 'scale', g::text from generate_series(0, 99) g`);
   await pool.query(`insert into effects (id, origin_instance_id, kind, status, finished_at_ms)
-                    select gen_random_uuid(), 'scale:' || (g % 100), 'noop', 'completed', app_now_ms()
+                    select ${uuidv7Sql('app_now_ms() - 200000 + g')}, 'scale:' || (g % 100), 'noop', 'completed', app_now_ms()
                       from generate_series(1, 200000) g`);
   const { rows: dead } = await pool.query<{ id: string }>(
     "insert into effect_processes (role, protocol_version, heartbeat_at_ms) values ('dead', 2, app_now_ms() - 60000) returning id",
