@@ -196,6 +196,12 @@ try {
     const order = r % 2 === 0 ? (['ours', 'gw'] as const) : (['gw', 'ours'] as const);
     for (const who of order) {
       const loader = stack.pg(1);
+      // PROBE_DELETE_FINISHED=1: delete (and vacuum) the finished effects of earlier rounds, as
+      // graphile-worker deletes its jobs: does the retained day of effects slow the drain?
+      if (who === 'ours' && process.env.PROBE_DELETE_FINISHED === '1') {
+        await loader.query(`delete from effects where status = 'completed'`);
+        await loader.query('vacuum effects');
+      }
       await (who === 'ours' ? preloadOurs(loader) : preloadGraphile(loader));
       await loader.end();
       await new Promise((r) => setTimeout(r, 300));
