@@ -1,9 +1,7 @@
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { migrate } from '../../../scripts/lib/migrator';
-import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIND_SQL } from '../../../workers/channel/inspect';
-import { MIGRATIONS_DIR } from '../../setup/stack';
+import { scratchDatabase } from '../scratch-database';
 
 /**
  * The conversation inspector's search (workers/channel/inspect.ts FIND_SQL) stays an index probe
@@ -11,8 +9,7 @@ import { MIGRATIONS_DIR } from '../../setup/stack';
  * conversations of 20 installations. Before migration 0250 and the installation scope, the chat
  * part read every conversation and the message and sender parts every input (sequential scans).
  */
-const adminUrl = inject('adminUrl');
-const name = `rl_tmp_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 6)}`;
+const db = scratchDatabase('rl_tmp');
 let pool: pg.Pool;
 
 interface PlanNode {
@@ -35,11 +32,7 @@ const INPUTS = 200_000;
 const CONVERSATIONS = 20_000;
 
 beforeAll(async () => {
-  await adminQuery(adminUrl, `create database ${name}`);
-  const url = withDatabase(adminUrl, name);
-  await migrate(url, { dir: MIGRATIONS_DIR });
-  pool = new pg.Pool({ connectionString: url, max: 2 });
-  pool.on('error', (err) => console.error(`${name}: pool client error after the test: ${err.message}`));
+  pool = await db.open();
   // Conversation g belongs to installation li_(g % 20), chat oc_g; input k to conversation
   // k % 20k, sent by one of 50 users of that installation.
   await pool.query(
@@ -62,8 +55,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await pool?.end();
-  await adminQuery(adminUrl, `drop database if exists ${name} with (force)`).catch(() => undefined);
+  await db.drop();
 });
 
 describe('inspector search plans (200k inputs, 20k conversations)', () => {

@@ -1,11 +1,9 @@
-import pg from 'pg';
-import { afterAll, beforeAll, expect, inject, it } from 'vitest';
+import type pg from 'pg';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { uuidv7Sql } from '../../../scripts/lib/effect-ids';
-import { migrate } from '../../../scripts/lib/migrator';
-import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
 import { INSTANCES_WITH_WORK_SQL } from '../../../workers/effects/mailbox';
 import { RECOVERY_DUE_SQL, STALE_CANDIDATES_OF_INSTANCE_SQL } from '../../../workers/effects/recovery';
-import { MIGRATIONS_DIR } from '../../setup/stack';
+import { planReads, scratchDatabase } from '../scratch-database';
 
 /**
  * Issue 35 holes 3 and 4, pinned by plan on a scratch database at scale:
@@ -15,16 +13,11 @@ import { MIGRATIONS_DIR } from '../../setup/stack';
  * - the minute poll reads due messages through `actor_mailbox_due` (due-time order), never a
  *   sequential scan of the mailbox.
  */
-const adminUrl = inject('adminUrl');
-const name = `rl_eff35_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 6)}`;
+const db = scratchDatabase('rl_eff35');
 let pool: pg.Pool;
 
 beforeAll(async () => {
-  await adminQuery(adminUrl, `create database ${name}`);
-  const url = withDatabase(adminUrl, name);
-  await migrate(url, { dir: MIGRATIONS_DIR });
-  pool = new pg.Pool({ connectionString: url, max: 2 });
-  pool.on('error', (err) => console.error(`${name}: pool client error after the test: ${err.message}`));
+  pool = await db.open();
   await pool.query(`insert into actor_instances (id, actor_type, actor_key)
                     select 'scale:' || g, 'scale', g::text from generate_series(0, 1199) g`);
   const { rows } = await pool.query<{ id: string }>(
@@ -57,32 +50,8 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await pool?.end();
-  await adminQuery(adminUrl, `drop database if exists ${name} with (force)`).catch(() => undefined);
+  await db.drop();
 });
-
-/**
- * Every plan node (EXPLAIN format json) reading `relation`: its node type, and its index and
- * condition (a bitmap heap scan's come from the bitmap index scan under it).
- */
-function reads(node: unknown, relation: string, out: { type: string; index?: string; cond?: string }[] = []) {
-  if (Array.isArray(node)) for (const n of node) reads(n, relation, out);
-  else if (node !== null && typeof node === 'object') {
-    const n = node as Record<string, unknown>;
-    if (n['Relation Name'] === relation) {
-      const bitmap = (n.Plans as Record<string, unknown>[] | undefined)?.find(
-        (c) => c['Node Type'] === 'Bitmap Index Scan',
-      );
-      out.push({
-        type: String(n['Node Type']),
-        index: (n['Index Name'] ?? bitmap?.['Index Name']) as string | undefined,
-        cond: (n['Index Cond'] ?? bitmap?.['Index Cond']) as string | undefined,
-      });
-    }
-    for (const v of Object.values(n)) reads(v, relation, out);
-  }
-  return out;
-}
 
 async function plan(sql: string, params: unknown[]) {
   const { rows } = await pool.query(`explain (format json) ${sql}`, params);
@@ -94,7 +63,7 @@ it('every pump reads only its own instance processing effects: RECOVERY_DUE_SQL 
     [RECOVERY_DUE_SQL, ['scale:7', 30_000, []]],
     [STALE_CANDIDATES_OF_INSTANCE_SQL, [30_000, 100, [], 'scale:7']],
   ] as const) {
-    const effects = reads(await plan(sql, [...params]), 'effects');
+    const effects = planReads(await plan(sql, [...params]), 'effects');
     expect(effects.length).toBeGreaterThan(0);
     for (const r of effects) {
       expect(r.type).not.toBe('Seq Scan');
@@ -108,10 +77,10 @@ it('every pump reads only its own instance processing effects: RECOVERY_DUE_SQL 
 
 it('the minute poll reads due messages in due-time order through actor_mailbox_due, never a scan of the mailbox', async () => {
   const p = await plan(INSTANCES_WITH_WORK_SQL, [50, ['scale'], 1000]);
-  const mailbox = reads(p, 'actor_mailbox');
+  const mailbox = planReads(p, 'actor_mailbox');
   expect(mailbox.map((r) => r.type)).not.toContain('Seq Scan');
   expect(mailbox.map((r) => r.index)).toContain('actor_mailbox_due');
-  expect(reads(p, 'effects').map((r) => r.type)).not.toContain('Seq Scan');
+  expect(planReads(p, 'effects').map((r) => r.type)).not.toContain('Seq Scan');
   const { rows } = await pool.query<{ id: string }>(INSTANCES_WITH_WORK_SQL, [50, ['scale'], 1000]);
   expect(rows).toHaveLength(50);
 });

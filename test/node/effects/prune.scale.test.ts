@@ -1,10 +1,8 @@
-import pg from 'pg';
-import { afterAll, beforeAll, expect, inject, it } from 'vitest';
+import type pg from 'pg';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { uuidv7Sql } from '../../../scripts/lib/effect-ids';
-import { migrate } from '../../../scripts/lib/migrator';
-import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
 import { PRUNE_EFFECTS_SQL, PRUNE_ID_CLOCK_MARGIN_MS, pruneEffects } from '../../../workers/effects/recovery';
-import { MIGRATIONS_DIR } from '../../setup/stack';
+import { planReads, scratchDatabase } from '../scratch-database';
 
 /**
  * Issue 35 (the drain's rate): effect pruning reads the primary key in ID order, bounded by the
@@ -14,17 +12,12 @@ import { MIGRATIONS_DIR } from '../../setup/stack';
  * before the cutoff (the only rows a pass reads and keeps), and 45,000 recent ones it must never
  * read.
  */
-const adminUrl = inject('adminUrl');
-const name = `rl_effprune_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 6)}`;
+const db = scratchDatabase('rl_effprune');
 const DAY = 86_400_000;
 let pool: pg.Pool;
 
 beforeAll(async () => {
-  await adminQuery(adminUrl, `create database ${name}`);
-  const url = withDatabase(adminUrl, name);
-  await migrate(url, { dir: MIGRATIONS_DIR });
-  pool = new pg.Pool({ connectionString: url, max: 2 });
-  pool.on('error', (err) => console.error(`${name}: pool client error after the test: ${err.message}`));
+  pool = await db.open();
   await pool.query(`insert into actor_instances (id, actor_type, actor_key)
                     select 'prune:' || g, 'prune', g::text from generate_series(0, 99) g`);
   const seed = (n: number, stagedAt: string, status: string, rest: string) =>
@@ -44,20 +37,8 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await pool?.end();
-  await adminQuery(adminUrl, `drop database if exists ${name} with (force)`).catch(() => undefined);
+  await db.drop();
 });
-
-/** Every plan node (EXPLAIN format json) reading `effects`. */
-function effectReads(node: unknown, out: Record<string, unknown>[] = []) {
-  if (Array.isArray(node)) for (const n of node) effectReads(n, out);
-  else if (node !== null && typeof node === 'object') {
-    const n = node as Record<string, unknown>;
-    if (n['Relation Name'] === 'effects' && n['Node Type'] !== 'ModifyTable') out.push(n);
-    for (const v of Object.values(n)) effectReads(v, out);
-  }
-  return out;
-}
 
 it('effect pruning reads the primary key in ID order, bounded by the cutoff the IDs carry, and no finished index exists', async () => {
   const { rows: plan } = await pool.query(`explain (format json) ${PRUNE_EFFECTS_SQL}`, [
@@ -65,13 +46,13 @@ it('effect pruning reads the primary key in ID order, bounded by the cutoff the 
     1000,
     PRUNE_ID_CLOCK_MARGIN_MS,
   ]);
-  const reads = effectReads(plan[0]['QUERY PLAN']);
+  const reads = planReads(plan[0]['QUERY PLAN'], 'effects');
   expect(reads.length).toBeGreaterThan(0);
   for (const r of reads) {
-    expect(r['Node Type']).not.toBe('Seq Scan');
-    expect(r['Index Name']).toBe('effects_pkey');
+    expect(r.type).not.toBe('Seq Scan');
+    expect(r.index).toBe('effects_pkey');
   }
-  expect(reads.some((r) => /\(id < /.test(String(r['Index Cond'])))).toBe(true);
+  expect(reads.some((r) => /\(id < /.test(String(r.cond)))).toBe(true);
   const { rows: idx } = await pool.query(
     `select indexname from pg_indexes where tablename = 'effects' and indexdef like '%finished_at_ms%'`,
   );
@@ -102,8 +83,8 @@ it('a pass deletes only terminal effects past retention, and reads no effect sta
       PRUNE_ID_CLOCK_MARGIN_MS,
     ]);
     await client.query('rollback');
-    const read = effectReads(plan[0]['QUERY PLAN']).reduce(
-      (s, r) => s + Number(r['Actual Rows'] ?? 0) + Number(r['Rows Removed by Filter'] ?? 0),
+    const read = planReads(plan[0]['QUERY PLAN'], 'effects').reduce(
+      (s, r) => s + Number(r.node['Actual Rows'] ?? 0) + Number(r.node['Rows Removed by Filter'] ?? 0),
       0,
     );
     expect(read).toBeLessThanOrEqual(5_000);

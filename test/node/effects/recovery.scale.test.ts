@@ -1,21 +1,17 @@
 import type { Pool } from '@neondatabase/serverless';
-import pg from 'pg';
-import { afterAll, expect, inject, it } from 'vitest';
+import type pg from 'pg';
+import { afterAll, expect, it } from 'vitest';
 import { uuidv7Sql } from '../../../scripts/lib/effect-ids';
-import { migrate } from '../../../scripts/lib/migrator';
-import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
 import { INSTANCES_WITH_WORK_SQL } from '../../../workers/effects/mailbox';
 import { runRecoveryPass, STALE_CANDIDATES_SQL } from '../../../workers/effects/recovery';
 import { effectConfig } from '../../../workers/effects/types';
-import { MIGRATIONS_DIR } from '../../setup/stack';
+import { scratchDatabase } from '../scratch-database';
 
-const adminUrl = inject('adminUrl');
-const name = `rl_eff_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 6)}`;
+const db = scratchDatabase('rl_eff', 4);
 let pool: pg.Pool | undefined;
 
 afterAll(async () => {
-  await pool?.end();
-  await adminQuery(adminUrl, `drop database if exists ${name} with (force)`).catch(() => undefined);
+  await db.drop();
 });
 
 /** True when an EXPLAIN (format json) tree has a sequential scan of `effects`. */
@@ -28,13 +24,7 @@ function scansEffects(node: unknown): boolean {
 }
 
 it('the recovery pass reads only work in flight: no scan of a 200k-row effects table', async () => {
-  await adminQuery(adminUrl, `create database ${name}`);
-  const url = withDatabase(adminUrl, name);
-  await migrate(url, { dir: MIGRATIONS_DIR });
-  pool = new pg.Pool({ connectionString: url, max: 4 });
-  // A client the final `drop database … with (force)` terminates (a hook that timed out left it
-  // busy) must not crash the run with an unhandled 'error': the timed-out hook already fails.
-  pool.on('error', (err) => console.error(`${name}: pool client error after the test: ${err.message}`));
+  pool = await db.open();
   await pool.query(`insert into actor_instances (id, actor_type, actor_key)
                     select 'scale:' || g, 'scale', g::text from generate_series(0, 99) g`);
   await pool.query(`insert into effects (id, origin_instance_id, kind, status, finished_at_ms)

@@ -1,12 +1,10 @@
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { migrate } from '../../../scripts/lib/migrator';
-import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PRUNE_TICKETS } from '../../../workers/housekeeping/tickets';
 import { BATCH_SQL } from '../../../workers/retention/batch';
 import { START_KEY } from '../../../workers/retention/eligibility';
 import { PROBE_SQL } from '../../../workers/retention/probe';
-import { MIGRATIONS_DIR } from '../../setup/stack';
+import { scratchDatabase } from '../scratch-database';
 
 /**
  * The retention cleanup's and the ticket housekeeping's statements stay bounded by their
@@ -19,8 +17,7 @@ import { MIGRATIONS_DIR } from '../../setup/stack';
  * A few thousand rows, statistics from VACUUM ANALYZE, default planner settings (reset at
  * the start of each transaction, so nothing the server or a session set changes the plan).
  */
-const adminUrl = inject('adminUrl');
-const name = `rl_tmp_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 6)}`;
+const db = scratchDatabase('rl_tmp');
 const ROWS = 5000;
 const DAY_MS = 86_400_000;
 let pool: pg.Pool;
@@ -127,11 +124,7 @@ function statements(
 }
 
 beforeAll(async () => {
-  await adminQuery(adminUrl, `create database ${name}`);
-  const url = withDatabase(adminUrl, name);
-  await migrate(url, { dir: MIGRATIONS_DIR });
-  pool = new pg.Pool({ connectionString: url, max: 2 });
-  pool.on('error', (err) => console.error(`${name}: pool client error after the test: ${err.message}`));
+  pool = await db.open();
   // 5,000 tickets, each with its receipt and its fence, created 400 days ago one ms apart,
   // tickets expired after 7 days; the legacy contract drained a day ago.
   await pool.query(`
@@ -166,8 +159,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await pool?.end();
-  await adminQuery(adminUrl, `drop database if exists ${name} with (force)`).catch(() => undefined);
+  await db.drop();
 });
 
 describe(`retention cleanup and ticket housekeeping statement plans (${ROWS} rows per table)`, () => {

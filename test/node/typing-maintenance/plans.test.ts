@@ -1,7 +1,5 @@
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { migrate } from '../../../scripts/lib/migrator';
-import { adminQuery, withDatabase } from '../../../scripts/lib/postgres';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLAIM } from '../../../workers/typing-ledger/passes/claim';
 import { EXPIRE_LIFETIME, EXPIRE_TASKLESS } from '../../../workers/typing-ledger/passes/expire';
 import {
@@ -11,7 +9,7 @@ import {
   TOMBSTONE_RETENTION_MS,
 } from '../../../workers/typing-ledger/passes/limits';
 import { PRUNE_CUTOFFS, PRUNE_TOMBSTONES } from '../../../workers/typing-ledger/passes/prune';
-import { MIGRATIONS_DIR } from '../../setup/stack';
+import { scratchDatabase } from '../scratch-database';
 
 /**
  * The maintenance statements stay bounded by their indexes as the ledger grows
@@ -20,8 +18,7 @@ import { MIGRATIONS_DIR } from '../../setup/stack';
  * whole partial index (5 s at 1M rows, past its 2 s budget), and the write joined its batch
  * by a hash join over a sequential scan of the ledger at small sizes.
  */
-const adminUrl = inject('adminUrl');
-const name = `rl_tmp_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 6)}`;
+const db = scratchDatabase('rl_tmp');
 let pool: pg.Pool;
 
 const STATEMENTS: [string, string, unknown[]][] = [
@@ -66,13 +63,7 @@ const ledgerSeqScans = (plan: PlanNode) =>
   );
 
 beforeAll(async () => {
-  await adminQuery(adminUrl, `create database ${name}`);
-  const url = withDatabase(adminUrl, name);
-  await migrate(url, { dir: MIGRATIONS_DIR });
-  pool = new pg.Pool({ connectionString: url, max: 2 });
-  // A client the final `drop database … with (force)` terminates (a hook that timed out left it
-  // busy) must not crash the run with an unhandled 'error': the timed-out hook already fails.
-  pool.on('error', (err) => console.error(`${name}: pool client error after the test: ${err.message}`));
+  pool = await db.open();
   // A healthy 40k-row ledger: pending and young (a tenth backing off for an hour, a tenth
   // taskless and just registered), half of it recent success tombstones.
   await pool.query(`insert into channel_typing_reaction
@@ -88,8 +79,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await pool?.end();
-  await adminQuery(adminUrl, `drop database if exists ${name} with (force)`).catch(() => undefined);
+  await db.drop();
 });
 
 describe('typing maintenance statement plans (40k-row ledger)', () => {
