@@ -169,8 +169,10 @@ try {
   const setup = stack.pg(2);
   const monitor = stack.pg(1);
   const { rows: v } = await setup.query('show server_version');
+  // Whether anything vacuums the queues between drains (the machine's PG 15 runs without).
+  const { rows: av } = await setup.query('show autovacuum');
   console.log(
-    `server ${v[0].server_version}, ids ${PROBE_IDS}, ${N} per drain, ${rounds} rounds, load ${(await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').trim()}`,
+    `server ${v[0].server_version}, autovacuum ${av[0].autovacuum}, ids ${PROBE_IDS}, ${N} per drain, ${rounds} rounds, load ${(await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').trim()}`,
   );
   await setup.query(
     `insert into actor_instances (id, actor_type, actor_key)
@@ -202,6 +204,10 @@ try {
         await loader.query(`delete from effects where status = 'completed'`);
         await loader.query('vacuum effects');
       }
+      // PROBE_VACUUM=1: vacuum both queues' tables before each drain (nothing deleted): is the
+      // retained effects' cost the rows themselves, or the dead versions the last drain left?
+      if (process.env.PROBE_VACUUM === '1')
+        await loader.query(who === 'ours' ? 'vacuum effects' : 'vacuum graphile_worker._private_jobs');
       await (who === 'ours' ? preloadOurs(loader) : preloadGraphile(loader));
       await loader.end();
       await new Promise((r) => setTimeout(r, 300));
@@ -210,6 +216,7 @@ try {
       const lsn0 = (await setup.query('select pg_current_wal_lsn() l')).rows[0].l;
       let stopped = false;
       const sampler = sampleWaits(monitor, setupPids, () => stopped);
+      const mark = { ...timing };
       const rate = who === 'ours' ? await ours(stack) : await graphile(stack);
       stopped = true;
       const { waits } = await sampler;
@@ -264,7 +271,11 @@ try {
       for (const k of Object.keys(after))
         totals[who]![k] = (totals[who]![k] ?? 0) + (after[k]! - (before[k] ?? 0));
       for (const [k, n] of waits) waitTotals[who]!.set(k, (waitTotals[who]!.get(k) ?? 0) + n);
-      console.log(`round ${r + 1} ${who}: ${Math.round(rate)}/s`);
+      const per = (k: 'claim' | 'complete') =>
+        ((timing[k] - mark[k]) / Math.max(1, timing.batches - mark.batches)).toFixed(1);
+      console.log(
+        `round ${r + 1} ${who}: ${Math.round(rate)}/s${who === 'ours' ? ` (claim ${per('claim')} ms, complete ${per('complete')} ms per batch)` : ''}`,
+      );
     }
     console.log(`round ${r + 1} ratio ours/gw ${(rates.ours![r]! / rates.gw![r]!).toFixed(2)}`);
   }
