@@ -90,11 +90,14 @@ async function blockedBehind(
   });
   for (;;) {
     const { rows } = await c.query<{ pid: number; query: string }>(
-      // wait_event_type from the same snapshot as `query`: pg_stat_activity is read once per
-      // statement but pg_blocking_pids live, so without it a backend caught blocked could
-      // still show the statement it ran before (the migrator's schema_migrations read).
+      // Only a backend whose entry already shows a concurrent build: `query` comes from the
+      // statement's snapshot of the backend entries, but wait_event_type and pg_blocking_pids
+      // are read live, so a backend caught blocked can still show the statement it ran
+      // before (the migrator's schema_migrations read; seen once in a parallel foundation
+      // run). The next poll, a new statement, reads a new snapshot.
       `select pid, query from pg_stat_activity
-        where $1 = any(pg_blocking_pids(pid)) and wait_event_type = 'Lock' limit 1`,
+        where $1 = any(pg_blocking_pids(pid)) and wait_event_type = 'Lock'
+          and query ~* 'index\\s+concurrently' limit 1`,
       [holderPid],
     );
     if (rows[0]) return rows[0];
