@@ -21,6 +21,8 @@ const WORKERS = 4;
 const quiet = new Logger(() => () => undefined);
 // PROBE_IDS=v4: random effect ids instead of production's time-ordered ones (scripts/lib/effect-ids.ts).
 const PROBE_IDS = process.env.PROBE_IDS ?? 'v7';
+const PROBE_SHAPE = process.env.PROBE_SHAPE ?? 'queue';
+const INSTANCES = 200;
 
 type Counters = Record<string, number>;
 
@@ -80,7 +82,7 @@ async function sampleWaits(q: pg.Pool, exclude: number[], stop: () => boolean) {
 async function preloadOurs(setup: pg.Pool) {
   await setup.query(
     `insert into effects (id, origin_instance_id, kind, args)
-     select ${PROBE_IDS === 'v4' ? 'gen_random_uuid()' : uuidv7Sql('app_now_ms() + g')}, 'bench:' || (g % 200), 'noop', '{}'::jsonb
+     select ${PROBE_IDS === 'v4' ? 'gen_random_uuid()' : uuidv7Sql('app_now_ms() + g')}, 'bench:' || ${PROBE_SHAPE === 'instances' ? `((g - 1) / ${N / INSTANCES})` : `(g % ${INSTANCES})`}, 'noop', '{}'::jsonb
        from generate_series(1, $1) g`,
     [N],
   );
@@ -100,11 +102,26 @@ async function ours(stack: BenchStack) {
   const started = performance.now();
   await Promise.all(
     ids.map(async (pid, i) => {
+      // PROBE_SHAPE=instances: each worker drains only its own instances, one at a time, as an
+      // ActorHost claims its own instance's effects (so a completion locks one instance, where
+      // the shared queue's batch spans ~100), and an instance's effects were staged together
+      // (preloadOurs), as a turn stages its own. Reported beside the shared queue, never instead.
+      const own = Array.from({ length: INSTANCES / WORKERS }, (_, k) => `bench:${k * WORKERS + i}`);
+      const byInstance = PROBE_SHAPE === 'instances';
       for (;;) {
+        if (byInstance && own.length === 0) return;
         let t = performance.now();
-        const claimed = await claimEffects(pools[i]!, pid, { limit: BATCH });
+        const claimed = await claimEffects(pools[i]!, pid, {
+          limit: BATCH,
+          instanceId: byInstance ? own[0] : undefined,
+        });
         timing.claim += performance.now() - t;
-        if (claimed.length === 0) return;
+        // A short batch drained the instance: the next claim goes to the next one.
+        if (byInstance && claimed.length < BATCH) own.shift();
+        if (claimed.length === 0) {
+          if (byInstance) continue;
+          return;
+        }
         t = performance.now();
         const r = await completeEffects(
           pools[i]!,
@@ -172,11 +189,11 @@ try {
   // Whether anything vacuums the queues between drains (the machine's PG 15 runs without).
   const { rows: av } = await setup.query('show autovacuum');
   console.log(
-    `server ${v[0].server_version}, autovacuum ${av[0].autovacuum}, ids ${PROBE_IDS}, ${N} per drain, ${rounds} rounds, load ${(await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').trim()}`,
+    `server ${v[0].server_version}, autovacuum ${av[0].autovacuum}, shape ${PROBE_SHAPE}, ids ${PROBE_IDS}, ${N} per drain, ${rounds} rounds, load ${(await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').trim()}`,
   );
   await setup.query(
     `insert into actor_instances (id, actor_type, actor_key)
-     select 'bench:' || g, 'bench', g::text from generate_series(0, 199) g`,
+     select 'bench:' || g, 'bench', g::text from generate_series(0, ${INSTANCES - 1}) g`,
   );
   await runMigrations({ connectionString: stack.databaseUrl, logger: quiet });
   // PROBE_FILLFACTOR: try another effects fillfactor than the migrations' (new pages only).
