@@ -102,7 +102,11 @@ describe('the webhook statement', { timeout: 40_000 }, () => {
         'select pg_backend_pid() as pid from channel_conversations where id = $1 for update',
         [chat.sessionId],
       );
-      const answer = submit(app.installationId, built.request);
+      const started = Date.now();
+      const answer = submit(app.installationId, built.request).then((res) => ({
+        res,
+        elapsedMs: Date.now() - started,
+      }));
       await blockedBehind(pool, rows[0]!.pid);
       await locker.query(
         `insert into lark_event_receipts (installation_id, event_id, event_type)
@@ -111,12 +115,25 @@ describe('the webhook statement', { timeout: 40_000 }, () => {
       );
       // The webhook's attempt is gone; its retry waits on the locker, which takes nothing back.
       await locker.query('rollback');
-      expect((await answer).status).toBe(200);
+      const { res, elapsedMs } = await answer;
+      if (res.status === 200) expect(txRetries()).toEqual([{ sqlstate: '40P01', attempt: 1 }]);
+      else {
+        // Postgres reports the deadlock `deadlock_timeout` (1 s) after the statement began to
+        // wait, and the webhook retries only inside its 1.5 s budget: on a machine slow enough
+        // that the report came after it (seen once in CI, under PgBouncer), the designed answer
+        // is the retryable 503, nothing written, and Lark's redelivery records the event. Only
+        // then: an answer inside the budget that was not retried still fails here.
+        expect(elapsedMs).toBeGreaterThanOrEqual(1500);
+        expect(res.status).toBe(503);
+        expect(res.headers.get('retry-after')).not.toBeNull();
+        expect(txRetries()).toEqual([{ sqlstate: '40P01', attempt: 1, abandoned: true }]);
+        expect(await written(built.message_id!)).toEqual({ receipts: 0, inputs: 0, mailbox: 0, ledger: 0 });
+        expect((await submit(app.installationId, built.request)).status).toBe(200);
+      }
     } finally {
       await locker.query('rollback').catch(() => undefined);
       locker.release();
     }
-    expect(txRetries()).toEqual([{ sqlstate: '40P01', attempt: 1 }]);
     expect(await written(built.message_id!)).toEqual({ receipts: 1, inputs: 1, mailbox: 1, ledger: 1 });
   });
 });

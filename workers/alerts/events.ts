@@ -20,6 +20,8 @@ export const ALERTS: Readonly<Record<string, AlertRule>> = {
   // "Alerts to set"
   rate_limit_unavailable: { level: 'warn', key: ['scope'] },
   db_unavailable: { level: 'warn', key: ['path'] },
+  db_tx_retry: { level: 'warn', key: ['sqlstate'] },
+  db_tx_retry_abandoned: { level: 'warn', key: ['sqlstate'] },
   console_sign_in_refused: { level: 'warn', key: [] },
   db_gate_permit_expired: { level: 'error', key: ['priority'] },
   typing_maintenance_step_failed: { level: 'error', key: ['step'] },

@@ -2,7 +2,7 @@ import type { Pool } from '@neondatabase/serverless';
 import type { Deadline } from '../clock';
 import { AppError } from '../errors';
 import { ConnectionBudgetSpent } from './gate';
-import { sqlState } from './tx';
+import { RETRYABLE_SQLSTATES, sqlState } from './tx';
 
 /**
  * SQLSTATEs that mean "no connection now", not "this request is wrong": the server's
@@ -40,8 +40,13 @@ export function isConnectionRefusal(err: unknown): boolean {
  * as opposed to a bug or bad data. Such a request answers the 503 below, never a 500: the
  * chaos run (chaos/) found a connection dropped mid-statement rendered as a 500 on the
  * webhook and on /v1 writes. Not retried in place (a lost statement may have committed).
+ * A deadlock or serialization failure (RETRYABLE_SQLSTATES) reaches here only once `withTx` /
+ * `withStatement` gave up retrying it for want of budget or attempts (`db_tx_retry_abandoned`):
+ * the statement rolled back, nothing was written, and the client's retry is the next attempt.
+ * It answered a 500 `internal_error` before (a deadlock detected after the webhook's 1.5 s
+ * budget had gone by, test webhook.atomic).
  */
-const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '55P03', '57014']);
+const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '55P03', '57014', ...RETRYABLE_SQLSTATES]);
 const UNAVAILABLE_MESSAGES = [/Network connection lost/i];
 
 export function isDatabaseUnavailable(err: unknown): boolean {

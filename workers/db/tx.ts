@@ -20,10 +20,15 @@ export interface TxOptions {
   clock?: Clock;
 }
 
-/** One retried attempt: the SQLSTATE that ended it and which attempt it was. */
+/**
+ * One attempt that ended in a retryable SQLSTATE, and which attempt it was. `abandoned`: not
+ * retried, because the budget or the attempts ran out (the caller sees the error, and the
+ * request answers the retryable 503, db/refusal.ts).
+ */
 export interface TxRetry {
   sqlstate: string;
   attempt: number;
+  abandoned?: true;
 }
 
 const retryListeners = new Set<(retry: TxRetry) => void>();
@@ -36,6 +41,27 @@ const retryListeners = new Set<(retry: TxRetry) => void>();
 export function onTxRetry(listener: (retry: TxRetry) => void): () => void {
   retryListeners.add(listener);
   return () => retryListeners.delete(listener);
+}
+
+/**
+ * After an attempt failed with `err`: true when it is retried (logged `db_tx_retry`). A
+ * retryable failure that is not retried (no budget or attempts left) is logged once as
+ * `db_tx_retry_abandoned`, so a deadlock stays visible to the 40P01 alert whether or not there
+ * was time to retry it; the caller then throws it.
+ */
+function retrying(err: unknown, attempt: number, maxAttempts: number, deadline: Deadline): boolean {
+  const state = sqlState(err);
+  if (!state || !RETRYABLE_SQLSTATES.has(state)) return false;
+  if (attempt >= maxAttempts || deadline.expired()) {
+    log.warn('db_tx_retry_abandoned', { sqlstate: state, attempt, budgetLeftMs: deadline.remaining() });
+    for (const listener of retryListeners) listener({ sqlstate: state, attempt, abandoned: true });
+    return false;
+  }
+  // A retry is correct behaviour, but a deadlock means two paths took locks in different
+  // orders: operators watch `db_tx_retry` with sqlstate 40P01.
+  log.warn('db_tx_retry', { sqlstate: state, attempt });
+  for (const listener of retryListeners) listener({ sqlstate: state, attempt });
+  return true;
 }
 
 export function sqlState(err: unknown): string | undefined {
@@ -76,13 +102,7 @@ export async function withTx<T>(
       await client.query('rollback').catch(() => {
         broken = true;
       });
-      const state = sqlState(err);
-      if (!state || !RETRYABLE_SQLSTATES.has(state) || attempt >= maxAttempts || deadline.expired())
-        throw err;
-      // A retry is correct behaviour, but a deadlock means two paths took locks in different
-      // orders: operators watch `db_tx_retry` with sqlstate 40P01.
-      log.warn('db_tx_retry', { sqlstate: state, attempt });
-      for (const listener of retryListeners) listener({ sqlstate: state, attempt });
+      if (!retrying(err, attempt, maxAttempts, deadline)) throw err;
     } finally {
       client.release(broken);
     }
@@ -189,16 +209,7 @@ export async function withStatement<T>(
     try {
       return await run();
     } catch (err) {
-      const state = sqlState(err);
-      if (
-        !state ||
-        !RETRYABLE_SQLSTATES.has(state) ||
-        attempt >= (opts.maxAttempts ?? 3) ||
-        deadline.expired()
-      )
-        throw err;
-      log.warn('db_tx_retry', { sqlstate: state, attempt });
-      for (const listener of retryListeners) listener({ sqlstate: state, attempt });
+      if (!retrying(err, attempt, opts.maxAttempts ?? 3, deadline)) throw err;
     }
   }
 }
