@@ -12,8 +12,9 @@
 -- tables keep a day of finished rows (docs/retention-rules.md), so the dead front grew all day.
 --
 -- autovacuum_vacuum_threshold / _insert_threshold 10000 with scale factors 0: a vacuum after
--- 10,000 dead (or inserted) row versions whatever the table's size, so a front is never more
--- than ~10,000 entries (tens of leaf pages). vacuum_index_cleanup on: with few dead versions
+-- 10,000 dead (or inserted) row versions whatever the table's size, so a front holds at most
+-- about the larger of 10,000 entries and a minute's claims (autovacuum visits a database once
+-- per autovacuum_naptime, 1 min by default). vacuum_index_cleanup on: with few dead versions
 -- on a large table (under 2% of its pages) vacuum otherwise skips the indexes, and the index
 -- entries are exactly what the reads walk over. Each index of these tables is then scanned
 -- once per such vacuum: read work in the background, against a pick that read the whole front
