@@ -7,21 +7,24 @@
 // and how many were HOT per table, multixact SLRU pages, and the wait events of the drain's
 // backends sampled every 5 ms (ClientRead = the server waiting for the client).
 import type { Pool } from '@neondatabase/serverless';
-import { Logger, run as runGraphile, runMigrations } from 'graphile-worker';
 import type pg from 'pg';
 import { uuidv7Sql } from '../../scripts/lib/effect-ids';
 import { registerProcess } from '../../workers/effects/processes';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
+import { drainGraphile, installGraphile, stageGraphileJobs } from '../lib/graphile';
 import { type BenchStack, startBenchStack } from '../lib/stack';
 
 const rounds = Number(process.argv[2] ?? 3);
 const N = Number(process.argv[3] ?? 20_000);
 const BATCH = 100;
 const WORKERS = 4;
-const quiet = new Logger(() => () => undefined);
 // PROBE_IDS=v4: random effect ids instead of production's time-ordered ones (scripts/lib/effect-ids.ts).
 const PROBE_IDS = process.env.PROBE_IDS ?? 'v7';
 const PROBE_SHAPE = process.env.PROBE_SHAPE ?? 'queue';
+// PROBE_WARMUP=K: K uncounted rounds first. graphile-worker's side is bound by its Node code (its
+// backends wait on the client ~80% of the drain) and ran ~1.5x faster by its fifth drain in one
+// process than in its first (V8 warming up); ours is bound by the server and flat.
+const WARMUP = Number(process.env.PROBE_WARMUP ?? 0);
 const INSTANCES = 200;
 
 type Counters = Record<string, number>;
@@ -140,43 +143,9 @@ async function ours(stack: BenchStack) {
   return rate;
 }
 
-async function preloadGraphile(setup: pg.Pool) {
-  await setup.query(
-    `select graphile_worker.add_jobs(array_agg(json_populate_record(null::graphile_worker.job_spec,
-            json_build_object('identifier', 'noop', 'payload', '{}'::json))))
-       from generate_series(1, $1)`,
-    [N],
-  );
-  await setup.query('analyze');
-}
-
 async function graphile(stack: BenchStack) {
-  let done = 0;
   const pool = stack.pg(WORKERS + 2);
-  let finish: () => void = () => undefined;
-  const finished = new Promise<void>((r) => {
-    finish = r;
-  });
-  const started = performance.now();
-  const runner = await runGraphile({
-    pgPool: pool,
-    concurrency: WORKERS,
-    noHandleSignals: true,
-    pollInterval: 50,
-    logger: quiet,
-    taskList: {
-      noop: async () => {
-        done++;
-        if (done >= N) finish();
-      },
-    },
-    preset: {
-      worker: { localQueue: { size: BATCH }, completeJobBatchDelay: 0, maxPoolSize: WORKERS + 2 },
-    },
-  });
-  await finished;
-  const ms = performance.now() - started;
-  await runner.stop();
+  const { done, ms } = await drainGraphile(pool, { n: N, concurrency: WORKERS, localQueue: BATCH });
   await pool.end();
   return (done / ms) * 1000;
 }
@@ -195,7 +164,7 @@ try {
     `insert into actor_instances (id, actor_type, actor_key)
      select 'bench:' || g, 'bench', g::text from generate_series(0, ${INSTANCES - 1}) g`,
   );
-  await runMigrations({ connectionString: stack.databaseUrl, logger: quiet });
+  await installGraphile(stack.databaseUrl);
   // PROBE_FILLFACTOR: try another effects fillfactor than the migrations' (new pages only).
   if (process.env.PROBE_FILLFACTOR)
     await setup.query(`alter table effects set (fillfactor = ${Number(process.env.PROBE_FILLFACTOR)})`);
@@ -211,7 +180,9 @@ try {
   const rates: Record<string, number[]> = { ours: [], gw: [] };
   const totals: Record<string, Counters> = { ours: {}, gw: {} };
   const waitTotals: Record<string, Map<string, number>> = { ours: new Map(), gw: new Map() };
-  for (let r = 0; r < rounds; r++) {
+  for (let r = -WARMUP; r < rounds; r++) {
+    // The first measured round starts the client-side timings afresh.
+    if (r === 0) Object.assign(timing, { claim: 0, complete: 0, batches: 0 });
     const order = r % 2 === 0 ? (['ours', 'gw'] as const) : (['gw', 'ours'] as const);
     for (const who of order) {
       const loader = stack.pg(1);
@@ -225,10 +196,17 @@ try {
       // retained effects' cost the rows themselves, or the dead versions the last drain left?
       if (process.env.PROBE_VACUUM === '1')
         await loader.query(who === 'ours' ? 'vacuum effects' : 'vacuum graphile_worker._private_jobs');
-      await (who === 'ours' ? preloadOurs(loader) : preloadGraphile(loader));
+      // PROBE_CHECKPOINT=before-preload: the checkpoint comes before the preload, not between it
+      // and the drain. After a checkpoint the first change of each page logs its full image
+      // (full_page_writes, on by default), so a checkpoint right before the drain bills the drain
+      // one image per page it touches; production checkpoints every few minutes, and an effect
+      // is claimed seconds after its insert, mostly in the same checkpoint cycle.
+      const checkpointFirst = process.env.PROBE_CHECKPOINT === 'before-preload';
+      if (checkpointFirst) await setup.query('checkpoint');
+      await (who === 'ours' ? preloadOurs(loader) : stageGraphileJobs(loader, N));
       await loader.end();
       await new Promise((r) => setTimeout(r, 300));
-      await setup.query('checkpoint');
+      if (!checkpointFirst) await setup.query('checkpoint');
       const before = await counters(setup);
       const lsn0 = (await setup.query('select pg_current_wal_lsn() l')).rows[0].l;
       let stopped = false;
@@ -284,6 +262,10 @@ try {
       const lsn1 = (await setup.query('select pg_current_wal_lsn() l')).rows[0].l;
       const after = await counters(setup);
       console.log(`  ${who} wal ${lsn0} ${lsn1}`);
+      if (r < 0) {
+        console.log(`warm-up ${r + WARMUP + 1} ${who}: ${Math.round(rate)}/s (not counted)`);
+        continue;
+      }
       rates[who]!.push(rate);
       for (const k of Object.keys(after))
         totals[who]![k] = (totals[who]![k] ?? 0) + (after[k]! - (before[k] ?? 0));
@@ -294,8 +276,13 @@ try {
         `round ${r + 1} ${who}: ${Math.round(rate)}/s${who === 'ours' ? ` (claim ${per('claim')} ms, complete ${per('complete')} ms per batch)` : ''}`,
       );
     }
-    console.log(`round ${r + 1} ratio ours/gw ${(rates.ours![r]! / rates.gw![r]!).toFixed(2)}`);
+    if (r >= 0) console.log(`round ${r + 1} ratio ours/gw ${(rates.ours![r]! / rates.gw![r]!).toFixed(2)}`);
   }
+  const ratios = rates.ours!.map((x, i) => x / rates.gw![i]!).sort((a, b) => a - b);
+  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+  console.log(
+    `\nratio ours/gw: median ${ratios[Math.floor((ratios.length - 1) / 2)]!.toFixed(2)}, sums ${(sum(rates.ours!) / sum(rates.gw!)).toFixed(2)}`,
+  );
   for (const who of ['ours', 'gw']) {
     console.log(`\n${who}: ${rates[who]!.map(Math.round).join(', ')} /s`);
     const per = (k: string) => ((totals[who]![k] ?? 0) / (rounds * N)).toFixed(3);

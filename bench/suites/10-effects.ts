@@ -1,5 +1,4 @@
 import type { Pool } from '@neondatabase/serverless';
-import { Logger, run as runGraphile, runMigrations } from 'graphile-worker';
 import { uuidv7Sql } from '../../scripts/lib/effect-ids';
 import { withTx } from '../../workers/db/tx';
 import { commitActor } from '../../workers/effects/commit';
@@ -9,6 +8,7 @@ import { registerProcess } from '../../workers/effects/processes';
 import { processRecoveryChecks, runRecoveryPass } from '../../workers/effects/recovery';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
 import { effectConfig } from '../../workers/effects/types';
+import { drainGraphile, installGraphile, stageGraphileJobs } from '../lib/graphile';
 import type { BenchStack } from '../lib/stack';
 import { type BenchRow, percentile, round } from '../lib/stats';
 
@@ -19,8 +19,6 @@ const INSTANCES = 200;
 const RECOVERY_ROUNDS = Number(process.env.BENCH_RECOVERY_ROUNDS ?? 5);
 /** BENCH_EFFECTS_RECOVERY_ONLY=1: only the recovery pass rows (skips drains and graphile-worker). */
 const RECOVERY_ONLY = process.env.BENCH_EFFECTS_RECOVERY_ONLY === '1';
-// Per-job INFO lines would make graphile-worker pay for console I/O that our loop does not.
-const quiet = new Logger(() => () => undefined);
 const config = effectConfig({ staleAfterMs: 30_000, claimScanLimit: 100 });
 
 /** Stages `n` effects (with recovery bindings) spread over the bench instances, by SQL. */
@@ -68,47 +66,12 @@ async function drain(pools: Pool[], workers: number): Promise<{ done: number; ms
 }
 
 async function graphileDrain(stack: BenchStack, concurrency: number, localQueue: boolean) {
-  const pg = stack.pg(2);
-  await pg.query(
-    `select graphile_worker.add_jobs(array_agg(json_populate_record(null::graphile_worker.job_spec,
-            json_build_object('identifier', 'noop', 'payload', '{}'::json))))
-       from generate_series(1, $1)`,
-    [N],
-  );
-  await pg.query('analyze');
-  let done = 0;
-  let finish: () => void = () => undefined;
-  const finished = new Promise<void>((r) => {
-    finish = r;
-  });
-  const started = performance.now();
-  const runner = await runGraphile({
-    // The stack's pool, which it ends before dropping the database: a pool graphile-worker
-    // opened itself outlived runner.stop(), and the drop's forced disconnect then crashed the
-    // bench with an unhandled 'error' (57P01) before it printed its table.
-    pgPool: stack.pg(concurrency + 2),
+  await stageGraphileJobs(stack.pg(2), N);
+  return drainGraphile(stack.pg(concurrency + 2), {
+    n: N,
     concurrency,
-    noHandleSignals: true,
-    pollInterval: 50,
-    logger: quiet,
-    taskList: {
-      noop: async () => {
-        done++;
-        if (done >= N) finish();
-      },
-    },
-    ...(localQueue
-      ? {
-          preset: {
-            worker: { localQueue: { size: BATCH }, completeJobBatchDelay: 0, maxPoolSize: concurrency + 2 },
-          },
-        }
-      : {}),
+    localQueue: localQueue ? BATCH : null,
   });
-  await finished;
-  const ms = performance.now() - started;
-  await runner.stop();
-  return { done, ms };
 }
 
 async function latencies(pool: Pool, n: number) {
@@ -318,7 +281,7 @@ async function throughput(stack: BenchStack, setup: Pool, rows: BenchRow[]) {
     'ops/s': Math.round((rn.done / rn.ms) * 1000),
   });
 
-  await runMigrations({ connectionString: stack.databaseUrl, logger: quiet });
+  await installGraphile(stack.databaseUrl);
   for (const workers of [1, 4]) {
     for (const lq of [false, true]) {
       const g = await graphileDrain(stack, workers, lq);

@@ -1,0 +1,52 @@
+// npx tsx bench/probes/scratch-postgres.ts <bin dir> <port> <defaults|embedded>
+//
+// A throwaway PostgreSQL cluster for the effects probe, so that two server versions are compared
+// under the same settings (issue 35): the embedded PG 18 runs with the dev stack's settings
+// (fsync, synchronous_commit and full_page_writes off: scripts/lib/postgres.ts), the machine's
+// PG 15 with the CI's (fsync on, autovacuum off: /etc/postgresql/15/main/conf.d/90-ci.conf), so
+// a ratio measured on each mixes the version with the settings. `defaults` keeps initdb's
+// settings (durable WAL, autovacuum on: what a managed server runs); `embedded` applies the
+// embedded server's. Runs in the foreground until SIGINT/SIGTERM, then stops the cluster and
+// removes its directory. Trust auth on loopback only; as root, Postgres runs as `postgres`.
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { userInfo } from 'node:os';
+
+const [binDir, port, mode] = process.argv.slice(2);
+if (!binDir || !port || (mode !== 'defaults' && mode !== 'embedded')) {
+  console.error('usage: scratch-postgres.ts <bin dir> <port> <defaults|embedded>');
+  process.exit(2);
+}
+const dir = mkdtempSync('/tmp/scratch-pg-');
+const asPostgres = (cmd: string, args: string[]) =>
+  userInfo().uid === 0
+    ? (['runuser', ['-u', 'postgres', '--', cmd, ...args]] as const)
+    : ([cmd, args] as const);
+if (userInfo().uid === 0) execFileSync('chown', ['postgres', dir]);
+const [initCmd, initArgs] = asPostgres(`${binDir}/initdb`, [
+  '-D',
+  dir,
+  '-U',
+  'postgres',
+  '--auth=trust',
+  '--encoding=UTF8',
+  '--no-sync',
+]);
+execFileSync(initCmd, initArgs, { stdio: 'ignore' });
+const settings = [
+  `port=${port}`,
+  'listen_addresses=127.0.0.1',
+  'unix_socket_directories=',
+  'max_connections=300',
+  ...(mode === 'embedded' ? ['fsync=off', 'synchronous_commit=off', 'full_page_writes=off'] : []),
+].flatMap((s) => ['-c', s]);
+const [pgCmd, pgArgs] = asPostgres(`${binDir}/postgres`, ['-D', dir, ...settings]);
+const server = spawn(pgCmd, pgArgs, { stdio: ['ignore', 'ignore', 'inherit'] });
+console.log(`postgres://postgres@127.0.0.1:${port}/postgres (${mode}, ${dir})`);
+const stop = () => server.kill('SIGINT');
+process.on('SIGINT', stop);
+process.on('SIGTERM', stop);
+server.on('exit', (code) => {
+  rmSync(dir, { recursive: true, force: true });
+  process.exit(code ?? 0);
+});
