@@ -7,9 +7,9 @@
 // a ratio measured on each mixes the version with the settings. `defaults` keeps initdb's
 // settings (durable WAL, autovacuum on: what a managed server runs); `embedded` applies the
 // embedded server's. Runs in the foreground until SIGINT/SIGTERM, then stops the cluster and
-// removes its directory. Trust auth on loopback only; as root, Postgres runs as `postgres`.
+// removes its directory. Trust auth on loopback only.
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chownSync, mkdtempSync, rmSync } from 'node:fs';
 import { userInfo } from 'node:os';
 
 const [binDir, port, mode] = process.argv.slice(2);
@@ -18,21 +18,24 @@ if (!binDir || !port || (mode !== 'defaults' && mode !== 'embedded')) {
   process.exit(2);
 }
 const dir = mkdtempSync('/tmp/scratch-pg-');
-const asPostgres = (cmd: string, args: string[]) =>
+// As root, Postgres (which refuses to run as root) runs as the `postgres` OS user, spawned with
+// its uid directly: a `runuser` in between did not pass SIGINT on, so the cluster outlived us.
+const owner =
   userInfo().uid === 0
-    ? (['runuser', ['-u', 'postgres', '--', cmd, ...args]] as const)
-    : ([cmd, args] as const);
-if (userInfo().uid === 0) execFileSync('chown', ['postgres', dir]);
-const [initCmd, initArgs] = asPostgres(`${binDir}/initdb`, [
-  '-D',
-  dir,
-  '-U',
-  'postgres',
-  '--auth=trust',
-  '--encoding=UTF8',
-  '--no-sync',
-]);
-execFileSync(initCmd, initArgs, { stdio: 'ignore' });
+    ? {
+        uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })),
+        gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })),
+      }
+    : {};
+if (owner.uid !== undefined) chownSync(dir, owner.uid, owner.gid!);
+execFileSync(
+  `${binDir}/initdb`,
+  ['-D', dir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--no-sync'],
+  {
+    stdio: 'ignore',
+    ...owner,
+  },
+);
 const settings = [
   `port=${port}`,
   'listen_addresses=127.0.0.1',
@@ -40,8 +43,10 @@ const settings = [
   'max_connections=300',
   ...(mode === 'embedded' ? ['fsync=off', 'synchronous_commit=off', 'full_page_writes=off'] : []),
 ].flatMap((s) => ['-c', s]);
-const [pgCmd, pgArgs] = asPostgres(`${binDir}/postgres`, ['-D', dir, ...settings]);
-const server = spawn(pgCmd, pgArgs, { stdio: ['ignore', 'ignore', 'inherit'] });
+const server = spawn(`${binDir}/postgres`, ['-D', dir, ...settings], {
+  stdio: ['ignore', 'ignore', 'inherit'],
+  ...owner,
+});
 console.log(`postgres://postgres@127.0.0.1:${port}/postgres (${mode}, ${dir})`);
 const stop = () => server.kill('SIGINT');
 process.on('SIGINT', stop);
