@@ -11,6 +11,7 @@ import type pg from 'pg';
 import { uuidv7Sql } from '../../scripts/lib/effect-ids';
 import { registerProcess } from '../../workers/effects/processes';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
+import { CLK_TCK, serverCpuTicks } from '../lib/backend-cpu';
 import { drainGraphile, installGraphile, stageGraphileJobs } from '../lib/graphile';
 import { type BenchStack, startBenchStack } from '../lib/stack';
 
@@ -177,6 +178,7 @@ try {
   const setupPids = (
     await Promise.all([setup.query('select pg_backend_pid() p'), setup.query('select pg_backend_pid() p')])
   ).map((r) => r.rows[0].p as number);
+  const monitorPid = (await monitor.query('select pg_backend_pid() p')).rows[0].p as number;
   const rates: Record<string, number[]> = { ours: [], gw: [] };
   const totals: Record<string, Counters> = { ours: {}, gw: {} };
   const waitTotals: Record<string, Map<string, number>> = { ours: new Map(), gw: new Map() };
@@ -212,10 +214,28 @@ try {
       let stopped = false;
       const sampler = sampleWaits(monitor, setupPids, () => stopped);
       const mark = { ...timing };
+      // CPU of the drain on each side: the whole server's (ended backends included) and this
+      // process's (the drain's client: our loop, or graphile-worker's runner and its tasks).
+      const server0 = await serverCpuTicks(setup);
+      const client0 = process.cpuUsage();
       const rate = who === 'ours' ? await ours(stack) : await graphile(stack);
+      const clientMs = (({ user, system }) => (user + system) / 1000)(process.cpuUsage(client0));
       stopped = true;
       const { waits } = await sampler;
       await new Promise((r) => setTimeout(r, 300));
+      // The drain's backends exit after its pools end: a backend still exiting while the server's
+      // children are read counts in neither the live ones nor the reaped ones, so wait them out.
+      while (
+        (
+          await setup.query(
+            `select count(*)::int n from pg_stat_activity where datname = current_database()
+                and backend_type = 'client backend' and pid <> all($1::int[])`,
+            [[...setupPids, monitorPid]],
+          )
+        ).rows[0].n > 0
+      )
+        await new Promise((r) => setTimeout(r, 20));
+      const serverMs = (((await serverCpuTicks(setup)) - server0) * 1000) / CLK_TCK;
       // PROBE_WALDUMP=<pg_wal dir>: WAL record kinds of this drain, read before the checkpoint recycles them.
       if (process.env.PROBE_WALDUMP) {
         const end = (await setup.query('select pg_current_wal_lsn() l')).rows[0].l;
@@ -273,7 +293,7 @@ try {
       const per = (k: 'claim' | 'complete') =>
         ((timing[k] - mark[k]) / Math.max(1, timing.batches - mark.batches)).toFixed(1);
       console.log(
-        `round ${r + 1} ${who}: ${Math.round(rate)}/s${who === 'ours' ? ` (claim ${per('claim')} ms, complete ${per('complete')} ms per batch)` : ''}`,
+        `round ${r + 1} ${who}: ${Math.round(rate)}/s, CPU ms per 1,000 jobs: server ${((serverMs * 1000) / N).toFixed(0)}, client ${((clientMs * 1000) / N).toFixed(0)}${who === 'ours' ? ` (claim ${per('claim')} ms, complete ${per('complete')} ms per batch)` : ''}`,
       );
     }
     if (r >= 0) console.log(`round ${r + 1} ratio ours/gw ${(rates.ours![r]! / rates.gw![r]!).toFixed(2)}`);
