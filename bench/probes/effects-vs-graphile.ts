@@ -229,8 +229,11 @@ try {
       const { waits } = await sampler;
       await new Promise((r) => setTimeout(r, 300));
       // The drain's backends exit after its pools end: a backend still exiting while the server's
-      // children are read counts in neither the live ones nor the reaped ones, so wait them out.
+      // children are read counts in neither the live ones nor the reaped ones, so wait them out
+      // (10 s at most: the figure is then printed as it is).
+      const exitBy = performance.now() + 10_000;
       while (
+        performance.now() < exitBy &&
         (
           await setup.query(
             `select count(*)::int n from pg_stat_activity where datname = current_database()
