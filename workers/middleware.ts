@@ -97,8 +97,9 @@ export function renderError(err: Error, c: Context<AppEnv>): Response {
       err.status === 404 ? 'not_found' : err.status === 415 ? 'unsupported_media_type' : 'bad_request';
     appErr = new AppError(code, err.message || 'Bad request');
   } else if (isDatabaseUnavailable(err)) {
-    // Overload, a restarting server, a connection lost mid-statement or a statement/lock budget
-    // spent: not a bug, a retryable 503 (Lark redelivers), never a 500. Logged once per request
+    // Overload, a restarting server, a connection lost mid-statement, a statement/lock budget
+    // spent, or a deadlock its retry loop had no budget left for (db_tx_retry_abandoned, logged
+    // where it was given up): not a bug, a retryable 503 (Lark redelivers), never a 500. Logged once per request
     // as a warning; the alert is on its rate, not on each one.
     log.warn('db_unavailable', { requestId, path: c.req.path, error: err });
     appErr = dbUnavailable();

@@ -16,9 +16,9 @@ export async function stageGraphileJobs(q: pg.Pool, n: number): Promise<void> {
 const quiet = new Logger(() => () => undefined);
 
 /**
- * Drains `n` staged no-op jobs with graphile-worker on `pool` (the caller's, which it ends
- * itself: a pool graphile-worker opened on its own outlived runner.stop(), and a database
- * drop's forced disconnect then crashed the bench with an unhandled 'error', 57P01).
+ * Drains `n` staged no-op jobs with graphile-worker on `pool`, which the caller owns and ends:
+ * a pool graphile-worker opened on its own outlived runner.stop(), and a database drop's forced
+ * disconnect then crashed the bench with an unhandled 'error' (57P01).
  * `localQueue` is the batch size of graphile-worker's local queue, or null for none.
  */
 export async function drainGraphile(

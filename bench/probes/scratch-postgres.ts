@@ -11,6 +11,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { chownSync, mkdtempSync, rmSync } from 'node:fs';
 import { userInfo } from 'node:os';
+import { LOCAL_SERVER_SETTINGS, NO_DURABILITY_SETTINGS, postgresIds } from '../../scripts/lib/postgres';
 
 const [binDir, port, mode] = process.argv.slice(2);
 if (!binDir || !port || (mode !== 'defaults' && mode !== 'embedded')) {
@@ -20,14 +21,9 @@ if (!binDir || !port || (mode !== 'defaults' && mode !== 'embedded')) {
 const dir = mkdtempSync('/tmp/scratch-pg-');
 // As root, Postgres (which refuses to run as root) runs as the `postgres` OS user, spawned with
 // its uid directly: a `runuser` in between did not pass SIGINT on, so the cluster outlived us.
-const owner =
-  userInfo().uid === 0
-    ? {
-        uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })),
-        gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })),
-      }
-    : {};
-if (owner.uid !== undefined) chownSync(dir, owner.uid, owner.gid!);
+const owner: { uid?: number; gid?: number } =
+  userInfo().uid === 0 ? await postgresIds().then(([uid, gid]) => ({ uid, gid })) : {};
+if (owner.uid !== undefined && owner.gid !== undefined) chownSync(dir, owner.uid, owner.gid);
 execFileSync(
   `${binDir}/initdb`,
   ['-D', dir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--no-sync'],
@@ -38,10 +34,8 @@ execFileSync(
 );
 const settings = [
   `port=${port}`,
-  'listen_addresses=127.0.0.1',
-  'unix_socket_directories=',
-  'max_connections=300',
-  ...(mode === 'embedded' ? ['fsync=off', 'synchronous_commit=off', 'full_page_writes=off'] : []),
+  ...LOCAL_SERVER_SETTINGS,
+  ...(mode === 'embedded' ? NO_DURABILITY_SETTINGS : []),
 ].flatMap((s) => ['-c', s]);
 const server = spawn(`${binDir}/postgres`, ['-D', dir, ...settings], {
   stdio: ['ignore', 'ignore', 'inherit'],

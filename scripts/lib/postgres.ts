@@ -45,6 +45,18 @@ async function loadEmbeddedPostgres() {
   return EmbeddedPostgres;
 }
 
+/**
+ * The embedded server's settings, in two parts that bench/probes/scratch-postgres.ts applies to
+ * other versions: loopback TCP only with room for the Worker's connection per request, and no
+ * durability (a dev and test server).
+ */
+export const LOCAL_SERVER_SETTINGS = [
+  'listen_addresses=127.0.0.1',
+  'unix_socket_directories=',
+  'max_connections=300',
+];
+export const NO_DURABILITY_SETTINGS = ['fsync=off', 'synchronous_commit=off', 'full_page_writes=off'];
+
 export async function startEmbeddedPostgres(opts: { dataDir: string; port?: number; persistent: boolean }) {
   const port = opts.port ?? (await freePort());
   const isRoot = userInfo().uid === 0;
@@ -63,20 +75,10 @@ export async function startEmbeddedPostgres(opts: { dataDir: string; port?: numb
     // As root the package runs Postgres as the `postgres` OS user (creating it if needed).
     createPostgresUser: isRoot,
     initdbFlags: ['--encoding=UTF8', '--no-sync'],
-    postgresFlags: [
+    postgresFlags: [...LOCAL_SERVER_SETTINGS, ...NO_DURABILITY_SETTINGS].flatMap((setting) => [
       '-c',
-      'listen_addresses=127.0.0.1',
-      '-c',
-      'unix_socket_directories=',
-      '-c',
-      'max_connections=300',
-      '-c',
-      'fsync=off',
-      '-c',
-      'synchronous_commit=off',
-      '-c',
-      'full_page_writes=off',
-    ],
+      setting,
+    ]),
     onLog: () => undefined,
     onError: () => undefined,
   });
@@ -92,7 +94,8 @@ export async function startEmbeddedPostgres(opts: { dataDir: string; port?: numb
   } satisfies PostgresServer;
 }
 
-async function postgresIds(): Promise<[number, number]> {
+/** The `postgres` OS user's uid and gid (Postgres refuses to run as root). */
+export async function postgresIds(): Promise<[number, number]> {
   const { execFileSync } = await import('node:child_process');
   const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
   const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
