@@ -19,6 +19,8 @@ import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
 import { CLK_TCK, serverCpuTicks } from '../lib/backend-cpu';
 import { drainGraphile, installGraphile, stageGraphileJobs } from '../lib/graphile';
 import { type BenchStack, startBenchStack } from '../lib/stack';
+import { CLAIM_FUNCTION_SQL, COMPLETION_VARIANTS } from './completion-variants';
+import { QUEUE_LAYOUT_PRELOAD_SQL, QUEUE_LAYOUT_SQL, queueClaim, queueComplete } from './queue-layout';
 
 const rounds = Number(process.argv[2] ?? 3);
 const N = Number(process.argv[3] ?? 20_000);
@@ -32,6 +34,8 @@ const PROBE_SHAPE = process.env.PROBE_SHAPE ?? 'queue';
 // process than in its first (V8 warming up); ours is bound by the server and flat.
 const WARMUP = Number(process.env.PROBE_WARMUP ?? 0);
 const INSTANCES = 200;
+// PROBE_LAYOUT=queue-table: ours runs the prototype layout of bench/probes/queue-layout.ts.
+const QUEUE_TABLE = process.env.PROBE_LAYOUT === 'queue-table';
 
 type Counters = Record<string, number>;
 
@@ -54,7 +58,7 @@ async function counters(q: pg.Pool): Promise<Counters> {
   for (const r of slru) out[`slru ${r.name}`] = r.n;
   const { rows: t } = await q.query(
     `select relname, n_tup_upd::float8 u, n_tup_hot_upd::float8 h, n_tup_del::float8 d from pg_stat_user_tables
-      where relname in ('effects', 'actor_instances', 'effect_processes', '_private_jobs', '_private_job_queues')`,
+      where relname in ('effects', 'effect_queue', 'actor_instances', 'effect_processes', '_private_jobs', '_private_job_queues')`,
   );
   for (const r of t) {
     out[`${r.relname} upd`] = r.u;
@@ -99,10 +103,11 @@ async function preloadOurs(setup: pg.Pool) {
     `insert into effect_recoveries (effect_id, origin_instance_id, recovery_operation, expires_at_ms)
      select id, origin_instance_id, 'replace', app_now_ms() + 86400000 from effects on conflict do nothing`,
   );
+  if (QUEUE_TABLE) await setup.query(QUEUE_LAYOUT_PRELOAD_SQL);
   await setup.query('analyze');
 }
 
-const timing = { claim: 0, complete: 0, batches: 0 };
+const timing = { claim: 0, complete: 0, batches: 0, claimed: 0 };
 
 async function ours(stack: BenchStack) {
   const pools = Array.from({ length: WORKERS }, () => stack.pg(2) as unknown as Pool);
@@ -120,10 +125,36 @@ async function ours(stack: BenchStack) {
       for (;;) {
         if (byInstance && own.length === 0) return;
         let t = performance.now();
-        const claimed = await claimEffects(pools[i]!, pid, {
-          limit: BATCH,
-          instanceId: byInstance ? own[0] : undefined,
-        });
+        if (QUEUE_TABLE) {
+          const rows = await queueClaim(pools[i]!, pid, BATCH);
+          timing.claim += performance.now() - t;
+          timing.claimed += rows.length;
+          if (rows.length === 0) return;
+          t = performance.now();
+          const completed = await queueComplete(
+            pools[i]!,
+            pid,
+            rows.map((e) => e.id),
+          );
+          done += completed;
+          timing.complete += performance.now() - t;
+          timing.batches++;
+          continue;
+        }
+        // PROBE_CLAIM=function: the same claim inside a plpgsql function (its plan cached).
+        const claimed =
+          process.env.PROBE_CLAIM === 'function'
+            ? (
+                await pools[i]!.query('select * from probe_effects_claim($1, $2, null, $3)', [
+                  pid,
+                  byInstance ? own[0] : null,
+                  BATCH,
+                ])
+              ).rows
+            : await claimEffects(pools[i]!, pid, {
+                limit: BATCH,
+                instanceId: byInstance ? own[0] : undefined,
+              });
         timing.claim += performance.now() - t;
         // A short batch drained the instance: the next claim goes to the next one.
         if (byInstance && claimed.length < BATCH) own.shift();
@@ -178,6 +209,15 @@ try {
   if (PROBE_IDS === 'v4') await setup.query('alter table effects drop constraint effects_id_v7');
   // PROBE_SQL: a schema experiment run once before the drains (e.g. dropping an index).
   if (process.env.PROBE_SQL) await setup.query(process.env.PROBE_SQL);
+  if (QUEUE_TABLE) await setup.query(QUEUE_LAYOUT_SQL);
+  // PROBE_COMPLETION=<variant>: replace effects_complete (bench/probes/completion-variants.ts).
+  const variant = process.env.PROBE_COMPLETION;
+  if (variant) {
+    const sql = COMPLETION_VARIANTS[variant];
+    if (!sql) throw new Error(`PROBE_COMPLETION: one of ${Object.keys(COMPLETION_VARIANTS).join(', ')}`);
+    await setup.query(sql);
+  }
+  if (process.env.PROBE_CLAIM === 'function') await setup.query(CLAIM_FUNCTION_SQL);
   console.log((await setup.query("select reloptions from pg_class where relname = 'effects'")).rows[0]);
   // The setup pool's own idle connections are not the drain's.
   const setupPids = (
@@ -189,7 +229,7 @@ try {
   const waitTotals: Record<string, Map<string, number>> = { ours: new Map(), gw: new Map() };
   for (let r = -WARMUP; r < rounds; r++) {
     // The first measured round starts the client-side timings afresh.
-    if (r === 0) Object.assign(timing, { claim: 0, complete: 0, batches: 0 });
+    if (r === 0) Object.assign(timing, { claim: 0, complete: 0, batches: 0, claimed: 0 });
     const order = r % 2 === 0 ? (['ours', 'gw'] as const) : (['gw', 'ours'] as const);
     for (const who of order) {
       const loader = stack.pg(1);
@@ -301,7 +341,7 @@ try {
       const per = (k: 'claim' | 'complete') =>
         ((timing[k] - mark[k]) / Math.max(1, timing.batches - mark.batches)).toFixed(1);
       console.log(
-        `round ${r + 1} ${who}: ${Math.round(rate)}/s, CPU ms per 1,000 jobs: server ${((serverMs * 1000) / N).toFixed(0)}, client ${((clientMs * 1000) / N).toFixed(0)}${who === 'ours' ? ` (claim ${per('claim')} ms, complete ${per('complete')} ms per batch)` : ''}`,
+        `round ${r + 1} ${who}: ${Math.round(rate)}/s, CPU ms per 1,000 jobs: server ${((serverMs * 1000) / N).toFixed(0)}, client ${((clientMs * 1000) / N).toFixed(0)}${who === 'ours' ? ` (claim ${per('claim')} ms, complete ${per('complete')} ms per batch${QUEUE_TABLE ? ` of ${((timing.claimed - mark.claimed) / Math.max(1, timing.batches - mark.batches)).toFixed(0)}` : ''})` : ''}`,
       );
     }
     if (r >= 0) console.log(`round ${r + 1} ratio ours/gw ${(rates.ours![r]! / rates.gw![r]!).toFixed(2)}`);

@@ -36,6 +36,8 @@ const settings = [
   `port=${port}`,
   ...LOCAL_SERVER_SETTINGS,
   ...(mode === 'embedded' ? NO_DURABILITY_SETTINGS : []),
+  // SCRATCH_PG_SETTINGS="a=1 b=2": more settings, e.g. shared_preload_libraries=pg_stat_statements.
+  ...(process.env.SCRATCH_PG_SETTINGS?.split(' ').filter(Boolean) ?? []),
 ].flatMap((s) => ['-c', s]);
 const server = spawn(`${binDir}/postgres`, ['-D', dir, ...settings], {
   stdio: ['ignore', 'ignore', 'inherit'],
