@@ -7,7 +7,7 @@ import { loadInstance } from '../workers/effects/mailbox';
 import { heartbeat, registerProcess, releaseProcess, supersedeProcess } from '../workers/effects/processes';
 import { processRecoveryChecks, RECOVERY_DUE_SQL, runRecoveryPass } from '../workers/effects/recovery';
 import { effectRegistry } from '../workers/effects/registry';
-import { drainInstance, runClaimedEffects } from '../workers/effects/runner';
+import { drainInstance, runEffectsUntilShort } from '../workers/effects/runner';
 import type { EffectRuntimeConfig } from '../workers/effects/types';
 import { type Config, type Env, loadConfig } from '../workers/env';
 import { log } from '../workers/log';
@@ -378,18 +378,16 @@ export class ActorHost extends DurableObject<Env> {
   private async runEffects(pool: Pool, instanceId: string, config: EffectRuntimeConfig, report: PumpReport) {
     const processId = await this.beat(pool);
     try {
-      for (;;) {
+      // Batch after batch while they come back full, each completion claiming the next.
+      const r = await runEffectsUntilShort(pool, effectRegistry, processId, {
+        limit: EFFECT_BATCH,
+        instanceId,
         // Heartbeat cadence while claims may be held; nextAlarm() re-derives it afterwards.
-        await this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config));
-        const r = await runClaimedEffects(pool, effectRegistry, processId, {
-          limit: EFFECT_BATCH,
-          instanceId,
-        });
-        report.claimed += r.claimed;
-        report.completed += r.completed;
-        report.failed += r.failed;
-        if (r.claimed < EFFECT_BATCH) break;
-      }
+        beforeClaim: () => this.alarmClock.setNoLaterThan(Date.now() + heartbeatEveryMs(config)),
+      });
+      report.claimed += r.claimed;
+      report.completed += r.completed;
+      report.failed += r.failed;
     } finally {
       // Done with its claims (or failed mid-way): the process row goes, or, when a write-back
       // was lost and it still owns an effect, stops with its heartbeat evidence kept (the

@@ -67,35 +67,3 @@ create or replace function ${SIGNATURE} language sql as $$
     from gone g
 $$;`,
 };
-
-// PROBE_CLAIM=function: workers/effects/scheduler.ts's claim statement, unchanged, inside a
-// plpgsql function, so its plan is cached per backend as graphile-worker's get_jobs is.
-export const CLAIM_FUNCTION_SQL = `
-create or replace function probe_effects_claim(p_process bigint, p_instance text, p_kinds text[], p_limit int)
-returns table (id uuid, origin_instance_id text, kind text, args jsonb, status text, locked_by bigint,
-               attempts int, max_attempts int, run_at_ms bigint, result jsonb, last_error text)
-language plpgsql as $$
-#variable_conflict use_column
-begin
-  return query
-    with alive as (
-       update effect_processes set heartbeat_at_ms = app_now_ms()
-        where id = p_process and stopped_at_ms is null
-        returning id),
-     picked as (
-       select id from effects
-        where status = 'pending' and run_at_ms <= (select app_now_ms())
-          and (p_instance is null or origin_instance_id = p_instance)
-          and (p_kinds is null or kind = any(p_kinds))
-        order by run_at_ms, id
-        limit p_limit
-        for update skip locked)
-     update effects e
-        set status = 'processing', locked_by = p_process, locked_at_ms = (select app_now_ms()), attempts = e.attempts + 1
-      where e.id = any(array(select id from picked))
-        and exists (select 1 from alive)
-     returning e.id, e.origin_instance_id, e.kind, e.args, e.status, e.locked_by, e.attempts,
-               e.max_attempts, e.run_at_ms, e.result, e.last_error;
-end
-$$;
-`;

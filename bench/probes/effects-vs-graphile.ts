@@ -16,10 +16,11 @@ import type pg from 'pg';
 import { uuidv7Sql } from '../../scripts/lib/effect-ids';
 import { registerProcess } from '../../workers/effects/processes';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
+import type { EffectRow } from '../../workers/effects/types';
 import { CLK_TCK, serverCpuTicks } from '../lib/backend-cpu';
 import { drainGraphile, installGraphile, stageGraphileJobs } from '../lib/graphile';
 import { type BenchStack, startBenchStack } from '../lib/stack';
-import { CLAIM_FUNCTION_SQL, COMPLETION_VARIANTS } from './completion-variants';
+import { COMPLETION_VARIANTS } from './completion-variants';
 import { QUEUE_LAYOUT_PRELOAD_SQL, QUEUE_LAYOUT_SQL, queueClaim, queueComplete } from './queue-layout';
 
 const rounds = Number(process.argv[2] ?? 3);
@@ -36,6 +37,10 @@ const WARMUP = Number(process.env.PROBE_WARMUP ?? 0);
 const INSTANCES = 200;
 // PROBE_LAYOUT=queue-table: ours runs the prototype layout of bench/probes/queue-layout.ts.
 const QUEUE_TABLE = process.env.PROBE_LAYOUT === 'queue-table';
+// As the runtime drains (workers/effects/runner.ts runEffectsUntilShort), a full batch's completion
+// claims the next batch in its statement (one commit per batch). PROBE_PIPELINE=0: claim and
+// complete as separate statements, the drain before issue 35's pipelining, for comparison.
+const PIPELINE = process.env.PROBE_PIPELINE !== '0';
 
 type Counters = Record<string, number>;
 
@@ -122,6 +127,8 @@ async function ours(stack: BenchStack) {
       // (preloadOurs), as a turn stages its own. Reported beside the shared queue, never instead.
       const own = Array.from({ length: INSTANCES / WORKERS }, (_, k) => `bench:${k * WORKERS + i}`);
       const byInstance = PROBE_SHAPE === 'instances';
+      // The batch the last completion claimed (PIPELINE), or null: claim alone.
+      let next: EffectRow[] | null = null;
       for (;;) {
         if (byInstance && own.length === 0) return;
         let t = performance.now();
@@ -141,20 +148,13 @@ async function ours(stack: BenchStack) {
           timing.batches++;
           continue;
         }
-        // PROBE_CLAIM=function: the same claim inside a plpgsql function (its plan cached).
         const claimed =
-          process.env.PROBE_CLAIM === 'function'
-            ? (
-                await pools[i]!.query('select * from probe_effects_claim($1, $2, null, $3)', [
-                  pid,
-                  byInstance ? own[0] : null,
-                  BATCH,
-                ])
-              ).rows
-            : await claimEffects(pools[i]!, pid, {
-                limit: BATCH,
-                instanceId: byInstance ? own[0] : undefined,
-              });
+          next ??
+          (await claimEffects(pools[i]!, pid, {
+            limit: BATCH,
+            instanceId: byInstance ? own[0] : undefined,
+          }));
+        next = null;
         timing.claim += performance.now() - t;
         // A short batch drained the instance: the next claim goes to the next one.
         if (byInstance && claimed.length < BATCH) own.shift();
@@ -163,14 +163,19 @@ async function ours(stack: BenchStack) {
           return;
         }
         t = performance.now();
+        // A full batch's completion claims the next one of the same scope, as the runtime does.
+        const full = claimed.length === BATCH;
         const r = await completeEffects(
           pools[i]!,
           pid,
           claimed.map((e) => ({ id: e.id, result: null })),
+          5000,
+          PIPELINE && full ? { limit: BATCH, instanceId: byInstance ? own[0] : undefined } : undefined,
         );
         timing.complete += performance.now() - t;
         timing.batches++;
         done += r.accepted.length;
+        if (r.next?.length) next = r.next;
       }
     }),
   );
@@ -217,7 +222,6 @@ try {
     if (!sql) throw new Error(`PROBE_COMPLETION: one of ${Object.keys(COMPLETION_VARIANTS).join(', ')}`);
     await setup.query(sql);
   }
-  if (process.env.PROBE_CLAIM === 'function') await setup.query(CLAIM_FUNCTION_SQL);
   console.log((await setup.query("select reloptions from pg_class where relname = 'effects'")).rows[0]);
   // The setup pool's own idle connections are not the drain's.
   const setupPids = (

@@ -6,6 +6,8 @@ import { EffectStage } from '../../workers/effects/emit';
 import { ensureInstance } from '../../workers/effects/mailbox';
 import { registerProcess } from '../../workers/effects/processes';
 import { processRecoveryChecks, runRecoveryPass } from '../../workers/effects/recovery';
+import { EffectRegistry } from '../../workers/effects/registry';
+import { runEffectsUntilShort } from '../../workers/effects/runner';
 import { claimEffects, completeEffects } from '../../workers/effects/scheduler';
 import { effectConfig } from '../../workers/effects/types';
 import { drainGraphile, installGraphile, stageGraphileJobs } from '../lib/graphile';
@@ -40,7 +42,14 @@ async function bindAll(pool: Pool) {
   );
 }
 
-/** `workers` loops of claim(batch) → no-op → complete(batch) until nothing is left. */
+/** The runtime's own drain loop (a noop executor), as an ActorHost runs it, over the shared queue. */
+const noopRegistry = new EffectRegistry().registerEffect({ kind: 'noop', run: async () => null });
+
+/**
+ * `workers` loops of the runtime's drain (`runEffectsUntilShort`: claim(batch) → no-op →
+ * complete(batch), a full batch's completion claiming the next in its statement) until nothing
+ * is left.
+ */
 async function drain(pools: Pool[], workers: number): Promise<{ done: number; ms: number }> {
   const ids = await Promise.all(
     Array.from({ length: workers }, (_, i) => registerProcess(pools[i]!, 'bench')),
@@ -49,16 +58,14 @@ async function drain(pools: Pool[], workers: number): Promise<{ done: number; ms
   const started = performance.now();
   await Promise.all(
     ids.map(async (pid, i) => {
-      const pool = pools[i]!;
+      // A short batch (another worker took the rest of it) ends one run; nothing claimed, the drain.
       for (;;) {
-        const claimed = await claimEffects(pool, pid, { limit: BATCH });
-        if (claimed.length === 0) return;
-        const r = await completeEffects(
-          pool,
-          pid,
-          claimed.map((e) => ({ id: e.id, result: null })),
-        );
-        done += r.accepted.length;
+        const r = await runEffectsUntilShort(pools[i]!, noopRegistry, pid, {
+          limit: BATCH,
+          beforeClaim: async () => undefined,
+        });
+        done += r.completed;
+        if (r.claimed === 0) return;
       }
     }),
   );

@@ -113,3 +113,95 @@ begin
     from locked l order by l.id;
 end
 $$;
+
+-- The claim (workers/effects/scheduler.ts claimEffects), here so that the completion below can
+-- run it after its own write: one statement, `skip locked`, so a claim never waits on an
+-- effect and never locks an instance (spec: pending claims lock the effect and never
+-- subsequently lock the instance). The process must be registered and not stopped, and the
+-- claim refreshes its heartbeat (a row lock: a prune that deleted the process first leaves
+-- the claim nothing; one queued behind it re-reads the fresh heartbeat). The picked ids go in
+-- as an array (`= any(array(...))`): joined as a relation the planner hashed it and scanned
+-- the table. Two branches, not `(p_instance is null or origin_instance_id = p_instance)`:
+-- plpgsql caches a generic plan per statement, and only an equality on the instance lets that
+-- plan read effects_pending_origin (an ActorHost's claim) where the shared claim reads
+-- effects_pending from its front.
+create or replace function effects_claim(p_process bigint, p_instance text, p_kinds text[], p_limit int)
+returns table (id uuid, origin_instance_id text, kind text, args jsonb, status text, locked_by bigint,
+               attempts int, max_attempts int, run_at_ms bigint, result jsonb, last_error text)
+language plpgsql as $$
+#variable_conflict use_column
+begin
+  if p_instance is null then
+    return query
+      with alive as (
+         update effect_processes set heartbeat_at_ms = app_now_ms()
+          where id = p_process and stopped_at_ms is null
+          returning id),
+       picked as (
+         select id from effects
+          where status = 'pending' and run_at_ms <= (select app_now_ms())
+            and (p_kinds is null or kind = any(p_kinds))
+          order by run_at_ms, id
+          limit p_limit
+          for update skip locked)
+       update effects e
+          set status = 'processing', locked_by = p_process, locked_at_ms = (select app_now_ms()),
+              attempts = e.attempts + 1
+        where e.id = any(array(select id from picked))
+          and exists (select 1 from alive)
+       returning e.id, e.origin_instance_id, e.kind, e.args, e.status, e.locked_by, e.attempts,
+                 e.max_attempts, e.run_at_ms, e.result, e.last_error;
+  else
+    return query
+      with alive as (
+         update effect_processes set heartbeat_at_ms = app_now_ms()
+          where id = p_process and stopped_at_ms is null
+          returning id),
+       picked as (
+         select id from effects
+          where status = 'pending' and run_at_ms <= (select app_now_ms())
+            and origin_instance_id = p_instance
+            and (p_kinds is null or kind = any(p_kinds))
+          order by run_at_ms, id
+          limit p_limit
+          for update skip locked)
+       update effects e
+          set status = 'processing', locked_by = p_process, locked_at_ms = (select app_now_ms()),
+              attempts = e.attempts + 1
+        where e.id = any(array(select id from picked))
+          and exists (select 1 from alive)
+       returning e.id, e.origin_instance_id, e.kind, e.args, e.status, e.locked_by, e.attempts,
+                 e.max_attempts, e.run_at_ms, e.result, e.last_error;
+  end if;
+end
+$$;
+
+-- The completion of one batch and the claim of the next in one statement, so one transaction
+-- and one commit per batch of a drain instead of two (issue 35: the drain waited on its
+-- commits' WAL flushes; docs/effects.md "Processes, claims, completion"). effects_complete
+-- runs first and unchanged (instance locks, then effects in ID order, then its write and
+-- callbacks); the claim after it takes no instance lock and never waits (`skip locked`), so
+-- the spec's lock order holds: every lock it adds comes after the completion's, and none
+-- waits. A failure of either rolls back both: the batch is not written and nothing is claimed.
+-- `claimed` tells the two kinds of row apart: the completion's locked rows (with `live`), then
+-- the claimed effects.
+create or replace function effects_complete_then_claim(
+  p_process bigint, p_ids uuid[], p_results text[], p_budget_ms int,
+  p_instance text, p_kinds text[], p_limit int)
+returns table (claimed boolean, id uuid, origin_instance_id text, notify_on_complete boolean,
+               attempts int, max_attempts int, live boolean, kind text, args jsonb, status text,
+               locked_by bigint, run_at_ms bigint, result jsonb, last_error text)
+language plpgsql as $$
+#variable_conflict use_column
+begin
+  return query
+    select false, c.id, c.origin_instance_id, c.notify_on_complete, c.attempts, c.max_attempts,
+           c.live, null::text, null::jsonb, null::text, null::bigint, null::bigint, null::jsonb,
+           null::text
+      from effects_complete(p_process, p_ids, p_results, p_budget_ms) c;
+  return query
+    select true, n.id, n.origin_instance_id, null::boolean, n.attempts, n.max_attempts, null::boolean,
+           n.kind, n.args, n.status, n.locked_by, n.run_at_ms, n.result, n.last_error
+      from effects_claim(p_process, p_instance, p_kinds, p_limit) n;
+end
+$$;

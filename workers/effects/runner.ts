@@ -14,6 +14,7 @@ import {
   ACTOR_COMMIT_BUDGET_MS,
   DEFAULT_MAILBOX_MAX_ATTEMPTS,
   type EffectHandle,
+  type EffectRow,
   type EffectRuntimeConfig,
   type InstanceRow,
   type MailboxRow,
@@ -307,6 +308,14 @@ export async function drainInstance(
   return n;
 }
 
+interface BatchCounts {
+  claimed: number;
+  completed: number;
+  failed: number;
+  rejected: number;
+  lost: number;
+}
+
 /**
  * Claims up to `limit` due effects (optionally of one instance) for `processId`, runs them
  * concurrently, and writes results back in two batches (complete, fail), independently: one
@@ -320,9 +329,72 @@ export async function runClaimedEffects(
   registry: EffectRegistry,
   processId: string,
   opts: { limit: number; instanceId?: string; writeBackBudgetMs?: number },
-): Promise<{ claimed: number; completed: number; failed: number; rejected: number; lost: number }> {
+): Promise<BatchCounts> {
   const claimed = await claimEffects(pool, processId, opts);
-  if (claimed.length === 0) return { claimed: 0, completed: 0, failed: 0, rejected: 0, lost: 0 };
+  const { next, ...counts } = await runEffectBatch(pool, registry, processId, claimed, opts);
+  return counts;
+}
+
+/**
+ * Runs due effects batch after batch until a batch comes back short (the ActorHost's drain of
+ * its instance). Each completion claims the next batch in its own statement when the batch was
+ * full (`completeEffects`' `claimNext`: one commit per batch instead of two; issue 35).
+ * `beforeClaim` runs before every statement that may claim (the host's heartbeat alarm).
+ */
+export async function runEffectsUntilShort(
+  pool: Pool,
+  registry: EffectRegistry,
+  processId: string,
+  opts: { limit: number; instanceId?: string; writeBackBudgetMs?: number; beforeClaim: () => Promise<void> },
+): Promise<BatchCounts> {
+  const total: BatchCounts = { claimed: 0, completed: 0, failed: 0, rejected: 0, lost: 0 };
+  await opts.beforeClaim();
+  let claimed = await claimEffects(pool, processId, opts);
+  while (claimed.length > 0) {
+    const full = claimed.length >= opts.limit;
+    if (full) await opts.beforeClaim();
+    const r = await runEffectBatch(pool, registry, processId, claimed, { ...opts, claimNext: full });
+    for (const k of Object.keys(total) as (keyof BatchCounts)[]) total[k] += r[k];
+    if (!full) break;
+    // A completion that was lost claimed nothing (its statement rolled back): claim alone.
+    claimed = r.next ?? (await claimEffects(pool, processId, opts));
+  }
+  return total;
+}
+
+/**
+ * Runs claimed effects and writes both outcomes back. With `claimNext`, the completion's
+ * statement claims the next batch (`next`; undefined when that write-back was lost).
+ */
+async function runEffectBatch(
+  pool: Pool,
+  registry: EffectRegistry,
+  processId: string,
+  claimed: EffectRow[],
+  opts: { limit: number; instanceId?: string; writeBackBudgetMs?: number; claimNext?: boolean },
+): Promise<BatchCounts & { next: EffectRow[] | undefined }> {
+  if (claimed.length === 0) return { claimed: 0, completed: 0, failed: 0, rejected: 0, lost: 0, next: [] };
+  const { done, failed } = await runExecutors(registry, pool, claimed);
+  const budgetMs = opts.writeBackBudgetMs;
+  const claimNext = opts.claimNext ? { limit: opts.limit, instanceId: opts.instanceId } : undefined;
+  const [c, f] = await Promise.all([
+    writeBack('complete', processId, done, () => completeEffects(pool, processId, done, budgetMs, claimNext)),
+    writeBack('fail', processId, failed, () => failEffects(pool, processId, failed, budgetMs)),
+  ]);
+  const dead = f && 'dead' in f ? f.dead : [];
+  if (dead.length > 0) log.warn('effects_dead', { processId, count: dead.length });
+  return {
+    claimed: claimed.length,
+    completed: c?.accepted.length ?? 0,
+    failed: f?.accepted.length ?? 0,
+    rejected: (c?.rejected.length ?? 0) + (f?.rejected.length ?? 0),
+    lost: (c ? 0 : done.length) + (f ? 0 : failed.length),
+    next: c?.next,
+  };
+}
+
+/** Each claimed effect's executor, concurrently, each bounded by its timeout. */
+async function runExecutors(registry: EffectRegistry, pool: Pool, claimed: EffectRow[]) {
   const done: { id: string; result: unknown }[] = [];
   const failed: { id: string; error: string }[] = [];
   await Promise.all(
@@ -363,20 +435,7 @@ export async function runClaimedEffects(
       }
     }),
   );
-  const budgetMs = opts.writeBackBudgetMs;
-  const [c, f] = await Promise.all([
-    writeBack('complete', processId, done, () => completeEffects(pool, processId, done, budgetMs)),
-    writeBack('fail', processId, failed, () => failEffects(pool, processId, failed, budgetMs)),
-  ]);
-  const dead = f && 'dead' in f ? f.dead : [];
-  if (dead.length > 0) log.warn('effects_dead', { processId, count: dead.length });
-  return {
-    claimed: claimed.length,
-    completed: c?.accepted.length ?? 0,
-    failed: f?.accepted.length ?? 0,
-    rejected: (c?.rejected.length ?? 0) + (f?.rejected.length ?? 0),
-    lost: (c ? 0 : done.length) + (f ? 0 : failed.length),
-  };
+  return { done, failed };
 }
 
 /** One write-back batch; null when it failed, logged once with the ids it could not write. */

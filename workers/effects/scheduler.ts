@@ -13,43 +13,29 @@ export interface ClaimOptions {
 }
 
 /**
- * One statement: pick due pending effects with `skip locked`, mark them processing for
- * this process. A pending claim locks only the effect, never the instance. The process
- * must be registered and not stopped, and the claim refreshes its heartbeat (an update, so a
- * row lock): a prune that deleted the process first leaves the claim nothing, and a prune
- * queued behind the claim re-reads the fresh heartbeat and keeps the new owner. Claims never
- * wait on effects (`skip locked`), so holding the process row cannot close a lock cycle. The picked ids go in as an array (`= any(array(...))`,
- * as graphile-worker does): joined `from picked`, the planner hashed the CTE and scanned the
- * whole effects table on every claim (15 ms of a 26 ms claim at 20k rows; it grows with the
- * finished rows kept for retention), where the array probes the primary key 100 times.
+ * One statement, `effects_claim` (migrations/functions/effects_write_back.sql): pick due pending
+ * effects with `skip locked`, mark them processing for this process. A pending claim locks only
+ * the effect, never the instance. The process must be registered and not stopped, and the
+ * claim refreshes its heartbeat (an update, so a row lock): a prune that deleted the process
+ * first leaves the claim nothing, and a prune queued behind the claim re-reads the fresh
+ * heartbeat and keeps the new owner. Claims never wait on effects (`skip locked`), so holding
+ * the process row cannot close a lock cycle. A SQL function since issue 35's pipelined drain:
+ * the completion of one batch runs the same claim after its write (`completeEffects`'
+ * `claimNext`), and the claim has one home.
  */
 export async function claimEffects(
   q: Queryable,
   processId: string,
   opts: ClaimOptions,
 ): Promise<EffectRow[]> {
-  const { rows } = await q.query<EffectRow>(
-    `with alive as (
-       update effect_processes set heartbeat_at_ms = app_now_ms()
-        where id = $1 and stopped_at_ms is null
-        returning id),
-     picked as (
-       select id from effects
-        where status = 'pending' and run_at_ms <= (select app_now_ms())
-          and ($2::text is null or origin_instance_id = $2)
-          and ($3::text[] is null or kind = any($3::text[]))
-        order by run_at_ms, id
-        limit $4
-        for update skip locked)
-     update effects e
-        set status = 'processing', locked_by = $1, locked_at_ms = (select app_now_ms()), attempts = e.attempts + 1
-      where e.id = any(array(select id from picked))
-        and exists (select 1 from alive)
-     returning e.id, e.origin_instance_id, e.kind, e.args, e.status, e.locked_by, e.attempts,
-               e.max_attempts, e.run_at_ms, e.result, e.last_error`,
-    [processId, opts.instanceId ?? null, opts.kinds ?? null, Math.min(opts.limit, MAX_CLAIM_BATCH)],
-  );
+  const { rows } = await q.query<EffectRow>(CLAIM_SQL, claimParams(processId, opts));
   return rows;
+}
+
+const CLAIM_SQL = 'select * from effects_claim($1, $2, $3, $4)';
+
+function claimParams(processId: string, opts: ClaimOptions) {
+  return [processId, opts.instanceId ?? null, opts.kinds ?? null, Math.min(opts.limit, MAX_CLAIM_BATCH)];
 }
 
 interface WriteBackRow {
@@ -73,6 +59,7 @@ interface WriteBackRow {
  * mailbox insert per notified instance and commit: the drain was round-trip bound (issue 18).
  */
 const COMPLETE_SQL = 'select * from effects_complete($1, $2, $3, $4)';
+const COMPLETE_THEN_CLAIM_SQL = 'select * from effects_complete_then_claim($1, $2, $3, $4, $5, $6, $7)';
 const FAIL_SQL = 'select * from effects_fail($1, $2, $3, $4)';
 
 /** Splits the locked rows into live claims and rejected ids; logs a late write. */
@@ -95,27 +82,46 @@ export interface WriteBackResult {
   rejected: string[];
 }
 
-/** Completes a batch; each must match a live processing claim by `processId`. */
+/**
+ * Completes a batch; each must match a live processing claim by `processId`. With `claimNext`,
+ * the same statement then claims the next batch (`effects_complete_then_claim`): one
+ * transaction, so one commit per batch of a drain instead of two, and the claim runs after
+ * the completion's locks, never waiting and never locking an instance (the spec's lock order
+ * holds). If the statement fails, neither happened: the batch stays claimed and nothing new is.
+ */
 export async function completeEffects(
   pool: Pool,
   processId: string,
   results: { id: string; result: unknown }[],
   budgetMs = 5000,
-): Promise<WriteBackResult> {
-  if (results.length === 0) return { accepted: [], rejected: [] };
+  claimNext?: ClaimOptions,
+): Promise<WriteBackResult & { next?: EffectRow[] }> {
+  if (results.length === 0)
+    return claimNext
+      ? { accepted: [], rejected: [], next: await claimEffects(pool, processId, claimNext) }
+      : { accepted: [], rejected: [] };
   // Last result wins for a repeated id, as one update per row allows.
   const resultOf = new Map(results.map((r) => [r.id, r.result ?? null]));
   const ids = [...resultOf.keys()];
+  const params = [
+    processId,
+    ids,
+    ids.map((id) => JSON.stringify(resultOf.get(id))),
+    Math.max(1, Math.floor(budgetMs)),
+  ];
   const { rows } = await withStatement({ budgetMs }, () =>
-    pool.query<WriteBackRow>(COMPLETE_SQL, [
-      processId,
-      ids,
-      ids.map((id) => JSON.stringify(resultOf.get(id))),
-      Math.max(1, Math.floor(budgetMs)),
-    ]),
+    claimNext
+      ? pool.query<WriteBackRow & EffectRow & { claimed: boolean }>(COMPLETE_THEN_CLAIM_SQL, [
+          ...params,
+          ...claimParams(processId, claimNext).slice(1),
+        ])
+      : pool.query<WriteBackRow & EffectRow & { claimed: boolean }>(COMPLETE_SQL, params),
   );
-  const { live, rejected } = splitLive(rows, processId, ids, 'complete');
-  return { accepted: live.map((r) => r.id), rejected };
+  const written = claimNext ? rows.filter((r) => !r.claimed) : rows;
+  const { live, rejected } = splitLive(written, processId, ids, 'complete');
+  // The claimed rows carry the write-back's columns as nulls; the caller reads them as claims.
+  const accepted = live.map((r) => r.id);
+  return claimNext ? { accepted, rejected, next: rows.filter((r) => r.claimed) } : { accepted, rejected };
 }
 
 /**
