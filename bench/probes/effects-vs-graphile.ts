@@ -345,7 +345,7 @@ try {
       const per = (k: 'claim' | 'complete') =>
         ((timing[k] - mark[k]) / Math.max(1, timing.batches - mark.batches)).toFixed(1);
       console.log(
-        `round ${r + 1} ${who}: ${Math.round(rate)}/s, CPU ms per 1,000 jobs: server ${((serverMs * 1000) / N).toFixed(0)}, client ${((clientMs * 1000) / N).toFixed(0)}${who === 'ours' ? ` (claim ${per('claim')} ms, complete ${per('complete')} ms per batch${QUEUE_TABLE ? ` of ${((timing.claimed - mark.claimed) / Math.max(1, timing.batches - mark.batches)).toFixed(0)}` : ''})` : ''}`,
+        `round ${r + 1} ${who}: ${Math.round(rate)}/s, CPU ms per 1,000 jobs: server ${((serverMs * 1000) / N).toFixed(0)}, client ${((clientMs * 1000) / N).toFixed(0)}${who === 'ours' ? ` (claim ${per('claim')} ms, complete${PIPELINE ? ' (and the next claim)' : ''} ${per('complete')} ms per batch${QUEUE_TABLE ? ` of ${((timing.claimed - mark.claimed) / Math.max(1, timing.batches - mark.batches)).toFixed(0)}` : ''})` : ''}`,
       );
     }
     if (r >= 0) console.log(`round ${r + 1} ratio ours/gw ${(rates.ours![r]! / rates.gw![r]!).toFixed(2)}`);

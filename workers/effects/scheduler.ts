@@ -28,14 +28,15 @@ export async function claimEffects(
   processId: string,
   opts: ClaimOptions,
 ): Promise<EffectRow[]> {
-  const { rows } = await q.query<EffectRow>(CLAIM_SQL, claimParams(processId, opts));
+  const { rows } = await q.query<EffectRow>(CLAIM_SQL, [processId, ...claimParams(opts)]);
   return rows;
 }
 
 const CLAIM_SQL = 'select * from effects_claim($1, $2, $3, $4)';
 
-function claimParams(processId: string, opts: ClaimOptions) {
-  return [processId, opts.instanceId ?? null, opts.kinds ?? null, Math.min(opts.limit, MAX_CLAIM_BATCH)];
+/** The claim's own parameters after the process (instance, kinds, limit), as both SQL functions take them. */
+function claimParams(opts: ClaimOptions) {
+  return [opts.instanceId ?? null, opts.kinds ?? null, Math.min(opts.limit, MAX_CLAIM_BATCH)];
 }
 
 interface WriteBackRow {
@@ -109,17 +110,19 @@ export async function completeEffects(
     ids.map((id) => JSON.stringify(resultOf.get(id))),
     Math.max(1, Math.floor(budgetMs)),
   ];
+  // With claimNext the claimed rows follow the completion's (`claimed`), their write-back columns null.
   const { rows } = await withStatement({ budgetMs }, () =>
-    claimNext
-      ? pool.query<WriteBackRow & EffectRow & { claimed: boolean }>(COMPLETE_THEN_CLAIM_SQL, [
-          ...params,
-          ...claimParams(processId, claimNext).slice(1),
-        ])
-      : pool.query<WriteBackRow & EffectRow & { claimed: boolean }>(COMPLETE_SQL, params),
+    pool.query<WriteBackRow & EffectRow & { claimed?: boolean }>(
+      claimNext ? COMPLETE_THEN_CLAIM_SQL : COMPLETE_SQL,
+      claimNext ? [...params, ...claimParams(claimNext)] : params,
+    ),
   );
-  const written = claimNext ? rows.filter((r) => !r.claimed) : rows;
-  const { live, rejected } = splitLive(written, processId, ids, 'complete');
-  // The claimed rows carry the write-back's columns as nulls; the caller reads them as claims.
+  const { live, rejected } = splitLive(
+    rows.filter((r) => !r.claimed),
+    processId,
+    ids,
+    'complete',
+  );
   const accepted = live.map((r) => r.id);
   return claimNext ? { accepted, rejected, next: rows.filter((r) => r.claimed) } : { accepted, rejected };
 }
